@@ -1,0 +1,77 @@
+#pragma once
+// The Backend interface (CUTLASS-style can_implement / plan / run):
+//   supports(spec, batch)   same selector the launch uses; a "no" carries its reason and the
+//                           pair is reported as skipped, never run
+//   create(batch, metadata) binds the backend to one batch: allocates and fills its buffers
+//   plan()                  host-side scheduling (timed on its own)
+//   run()                   cache write + attention; allocates nothing and does not synchronize
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metadata/common.hpp"
+#include "model/batch.hpp"
+
+namespace attn {
+
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+struct RunOptions {
+  CascadeMode cascade = CascadeMode::auto_;  // auto = vLLM's use_cascade_attention rule
+  int num_layers = 1;                        // distinct caches, planned once
+  int threads = 0;                           // host backends (0 = default)
+  int num_sms = 132;                         // for scheduling rules when no device is queried
+};
+
+// A backend's output copied to the host as float.
+struct AttentionOutput {
+  int64_t num_tokens = 0;
+  int num_heads = 0;
+  int head_size_v = 0;
+  std::vector<float> o;    // [num_tokens, num_heads, head_size_v]
+  std::vector<float> lse;  // [num_tokens, num_heads], natural log; empty if not produced
+};
+
+class BackendInstance {
+ public:
+  virtual ~BackendInstance() = default;
+  virtual void plan() = 0;
+  virtual void run() = 0;
+  // NaN into every output element and into the cache slots of the new tokens, so an
+  // unwritten output or a skipped cache write is caught by the next check.
+  virtual void poison() = 0;
+  virtual void synchronize() {}
+  virtual AttentionOutput fetch() = 0;
+  virtual bool on_device() const { return false; }
+  virtual void* stream() const { return nullptr; }  // cudaStream_t of run()
+  // Scheduling facts for the results row, e.g. "cascade=on prefix=4096 splits=4".
+  virtual std::string plan_summary() const { return {}; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual std::vector<std::string> features() const = 0;  // one line each, for `list`
+  // Compiled in and runnable here (e.g. a CUDA device is present); else why not.
+  virtual Support available() const = 0;
+  virtual Support supports(const AttentionSpec& spec, const Batch& batch) const = 0;
+  virtual std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
+                                                  const RunOptions& opts) const = 0;
+};
+
+// Every backend of this build, in the selector's preference order.
+std::vector<std::unique_ptr<Backend>> make_registry();
+// The `auto` choice (BACKGROUND.md, "Attention layer and selector"): the first available
+// backend that supports the batch; nullptr with *why filled when none does.
+const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry,
+                              const AttentionSpec& spec, const Batch& batch, std::string* why);
+
+}  // namespace attn

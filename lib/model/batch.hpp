@@ -1,0 +1,75 @@
+#pragma once
+// A Batch is the host truth of one scenario step: shapes, paging and, through the counter-based
+// generator, every input value. It holds nothing proportional to the KV cache.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/values.hpp"
+#include "model/scenario.hpp"
+#include "model/spec.hpp"
+
+namespace attn {
+
+struct Batch {
+  std::string label;
+  AttentionSpec spec;  // k_scale/v_scale resolved ("calc" applied), scale resolved
+  uint64_t seed = 0;
+  std::vector<RequestShape> requests;  // batch order = token order
+  int shared_prefix_len = 0;           // tokens [0, L) of every request share blocks and values
+  int local_attention_chunk = 0;
+  long step = -1;
+
+  // Paging. Physical block 0 is the reserved null block: never allocated, used as padding.
+  int block_size = 16;
+  int64_t num_blocks = 0;             // physical blocks in the cache, null block included
+  int max_blocks_per_req = 0;
+  std::vector<int32_t> block_table;   // [num_reqs, max_blocks_per_req], padding = 0
+  std::vector<int64_t> slot_mapping;  // [num_tokens] new tokens' cache slots
+  std::vector<int32_t> query_start_loc;  // [num_reqs + 1]
+  std::vector<float> sinks;   // [num_q_heads] or empty
+  std::vector<float> alibi;   // [num_q_heads] slopes or empty
+
+  int num_reqs() const { return static_cast<int>(requests.size()); }
+  int64_t num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
+  int shared_blocks() const { return shared_prefix_len / block_size; }
+
+  // Generator request id of token `pos` of request `req` (shared prefix tokens share one id).
+  uint32_t value_req(int req, int pos) const {
+    return pos < shared_prefix_len ? kSharedPrefixRequest : static_cast<uint32_t>(req);
+  }
+
+  // ---- values (float, exactly what the backend's inputs hold) ----------------------------
+  // Query of the new token at absolute position pos (context_len <= pos < seq_len), model dtype.
+  // MHA: d < head_size_qk. MLA: d < 192 = q_nope (128) ‖ q_pe (64).
+  float q(int req, int pos, int head, int d) const;
+  // K/V inputs of a new token in the model dtype (before any cache quantization). MHA only.
+  float k_input(int req, int pos, int kv_head, int d) const;
+  float v_input(int req, int pos, int kv_head, int d) const;
+  // K/V as stored in the cache and read back (fp8: quantized with k/v_scale and dequantized).
+  float k(int req, int pos, int kv_head, int d) const;
+  float v(int req, int pos, int kv_head, int d) const;
+  // MLA: the latent entry kv_c (512) ‖ k_pe (64) of a token, input (model dtype) and cached.
+  float latent_input(int req, int pos, int d) const;
+  float latent(int req, int pos, int d) const;
+  // MLA up-projections, model dtype: k_nope[h] = kv_c · W_UK[h], v[h] = kv_c · W_UV[h].
+  float w_uk(int head, int c, int d) const;  // c < kv_lora_rank, d < qk_nope_head_dim
+  float w_uv(int head, int c, int d) const;  // c < kv_lora_rank, d < v_head_dim
+};
+
+// Builds paging (block allocator, block table, slot mapping) and resolves scales.
+// Throws InputError on impossible shapes (e.g. num_blocks too small, prefix > context).
+Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed);
+
+// Work of one attention call over the batch: FLOPs count only unmasked (q, k) pairs
+// (2·(dqk + dv) per pair); bytes = Q + K/V actually read (each visible token once per kv head,
+// cache dtype) + new K/V written + O written.
+struct WorkCounts {
+  double flops = 0;
+  double bytes = 0;
+  int64_t kv_tokens_read = 0;   // sum over requests of distinct visible cache tokens
+  int64_t attended_pairs = 0;   // sum over tokens of visible keys (per q head: x num_q_heads)
+};
+WorkCounts count_work(const Batch& b);
+
+}  // namespace attn

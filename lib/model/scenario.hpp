@@ -1,0 +1,113 @@
+#pragma once
+// Scenario files (docs/SCENARIOS.md): parse + check. Every error is an InputError naming the
+// file, line, key and value.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/spec.hpp"
+
+namespace attn {
+
+struct RequestShape {
+  int32_t context_len = 0;  // tokens already in the cache (num_computed_tokens)
+  int32_t query_len = 1;    // new tokens this step (1 = decode)
+  int32_t seq_len() const { return context_len + query_len; }
+};
+
+struct RequestGroup {
+  int count = 1;
+  int context_len = 0;
+  int query_len = 1;
+};
+
+struct LengthDist {
+  enum class Kind { fixed, uniform, lognormal } kind = Kind::fixed;
+  int value = 0;          // fixed
+  int min = 0, max = 0;   // uniform (inclusive); also clamps lognormal
+  double mean = 0.0;      // lognormal: mean of the length (not of its log)
+  double sigma = 1.0;     // lognormal: sigma of log(length)
+};
+
+struct RandomBatchConfig {
+  int num_requests = 0;
+  LengthDist context_len;
+  LengthDist query_len;
+};
+
+struct TraceConfig {
+  std::string file;  // resolved: absolute, or relative to the scenario file's folder
+  int max_num_batched_tokens = 8192;
+  int max_num_seqs = 256;
+  double step_ms = 15.0;  // modelled duration of one scheduler step (advances the arrival clock)
+  long step = 0;          // which step's batch (0-based) ...
+  bool all_steps = false; // ... or every step
+  long max_steps = 0;     // 0 = until the trace drains (all_steps only)
+};
+
+enum class BlockAllocation { shuffled, contiguous };
+enum class BatchSource { groups, random, trace };
+
+struct BatchConfig {
+  int shared_prefix_len = 0;
+  int local_attention_chunk = 0;
+  BlockAllocation block_allocation = BlockAllocation::shuffled;
+  int64_t num_blocks = 0;  // 0 = just enough (+ the null block 0)
+  BatchSource source = BatchSource::groups;
+  std::vector<RequestGroup> groups;
+  RandomBatchConfig random;
+  TraceConfig trace;
+};
+
+enum class CascadeMode { auto_, on, off };
+
+struct RunConfig {
+  std::vector<std::string> backends{"auto"};
+  int warmup = 10;
+  int iterations = 50;
+  bool cold_l2 = true;
+  bool cuda_graph = false;
+  int num_layers = 1;
+  CascadeMode cascade = CascadeMode::auto_;
+};
+
+struct CheckConfig {  // unset = the dtype default of DESIGN.md
+  std::optional<double> atol, rtol, max_rel_l2, min_cosine;
+  bool strict = false;
+};
+
+struct Scenario {
+  std::string file;  // path it was read from ("<cli>" for --model/--batch)
+  std::string name;
+  std::string description;
+  uint64_t seed = 0;
+  std::string preset;
+  AttentionSpec spec;
+  BatchConfig batch;
+  RunConfig run;
+  CheckConfig check;
+};
+
+Scenario load_scenario(const std::string& path);
+Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,
+                        const std::string& base_dir = ".");
+// The compact spec "48x1@2048,2x512@1024" (count x query_len @ context_len).
+std::vector<RequestGroup> parse_batch_spec(std::string_view spec);
+// A scenario from `--model PRESET --batch SPEC` (file = "<cli>").
+Scenario scenario_from_cli(const std::string& preset, const std::string& batch_spec, uint64_t seed = 0);
+
+// One concrete batch shape of a scenario (a trace with step = "all" gives many).
+struct BatchShape {
+  std::string label;  // scenario name, plus "@step" for traces
+  std::vector<RequestShape> requests;
+  int shared_prefix_len = 0;
+  int local_attention_chunk = 0;
+  BlockAllocation block_allocation = BlockAllocation::shuffled;
+  int64_t num_blocks = 0;
+  long step = -1;  // trace step, -1 otherwise
+};
+std::vector<BatchShape> expand_shapes(const Scenario& s);
+
+}  // namespace attn

@@ -1,0 +1,61 @@
+#pragma once
+// One results row per (scenario batch, backend). The CSV/JSON schema is documented in
+// docs/RESULTS.md; column names follow FlashInfer's benchmarks and nvbench
+// (median_time_us, tflops, tb_per_sec, ...).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/spec.hpp"
+
+namespace attn {
+
+enum class RowStatus { pass, fail, skipped, error };
+const char* to_string(RowStatus s);
+
+struct ResultRow {
+  // what
+  std::string scenario, backend, status = "pass", reason;
+  // spec
+  int num_q_heads = 0, num_kv_heads = 0, head_size_qk = 0, head_size_v = 0;
+  std::string dtype, kv_cache_dtype, kv_layout;
+  int block_size = 0, sliding_window = 0;
+  double logits_soft_cap = 0, scale = 0, k_scale = 1, v_scale = 1;
+  bool alibi = false, sinks = false, causal = true, mla = false;
+  // batch
+  int num_reqs = 0;
+  int64_t num_tokens = 0;
+  int num_decodes = 0, num_prefills = 0;
+  int64_t num_decode_tokens = 0, num_prefill_tokens = 0, kv_tokens = 0;
+  int shared_prefix_len = 0;
+  bool cascade = false;
+  std::string plan_summary;
+  // errors (validation)
+  double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0, cosine = 1, nmse = 0, quant_rel_l2 = -1;
+  int64_t nan_mismatches = 0, unwritten = 0, checked_pairs = 0, total_pairs = 0;
+  std::string worst;  // "req=3 tok=17 pos=2064 head=5 dim=9 got=.. want=.."
+  bool deterministic = true;
+  // timing
+  double plan_us = 0, median_time_us = 0, min_time_us = 0, max_time_us = 0, stdev_time_us = 0;
+  int samples = 0;
+  std::string timing_method;
+  bool cold_l2 = false;
+  double flops = 0, bytes = 0, tflops = 0, tb_per_sec = 0;
+  double pct_peak_bw = -1, pct_peak_flops = -1;  // -1: ceiling unknown
+  // provenance
+  std::string device, build, git_rev, timestamp;
+};
+
+// Writers are atomic: a temp file beside the target, then rename. Throw RuntimeError on I/O.
+void write_csv(const std::string& path, const std::vector<ResultRow>& rows);
+void write_json(const std::string& path, const std::vector<ResultRow>& rows);
+std::string rows_to_csv(const std::vector<ResultRow>& rows);
+std::string rows_to_json(const std::vector<ResultRow>& rows);
+// Reads a CSV written by write_csv (fast-cpp-csv-parser); InputError on a malformed file.
+std::vector<ResultRow> read_csv(const std::string& path);
+// Human table for the console.
+std::string format_table(const std::vector<ResultRow>& rows);
+// Writes `content` to `path` atomically.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace attn

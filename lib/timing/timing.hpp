@@ -1,0 +1,30 @@
+#pragma once
+// Timing of a bound backend (nvbench-style): warm-up, N samples, median/min/max/stdev.
+// Host instances: steady_clock around each run(). Device instances: CUDA events around each
+// launch sequence (or its CUDA-graph replay), with L2 flushed before every sample in cold mode.
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+
+namespace attn {
+
+struct TimingOptions {
+  int warmup = 10;
+  int iterations = 50;
+  bool cold_l2 = true;
+  bool cuda_graph = false;
+};
+
+struct Timing {
+  int samples = 0;
+  double median_us = 0, min_us = 0, max_us = 0, mean_us = 0, stdev_us = 0;
+  double plan_us = 0;   // host metadata/scheduling time (median of the plan calls)
+  std::string method;   // "wall" | "cuda_events" | "cuda_graph"
+  bool cold_l2 = false;
+};
+
+Timing summarize_samples(std::vector<double> samples_us);
+Timing time_instance(BackendInstance& inst, const TimingOptions& opts);
+
+}  // namespace attn
