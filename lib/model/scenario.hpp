@@ -76,6 +76,7 @@ struct RunConfig {
 struct CheckConfig {  // unset = the dtype default of DESIGN.md
   std::optional<double> atol, rtol, max_rel_l2, min_cosine;
   bool strict = false;
+  int64_t sample_pairs = 0;  // check at most this many (request, head) pairs; 0 = all
 };
 
 struct Scenario {

@@ -25,6 +25,12 @@ struct Timing {
 };
 
 Timing summarize_samples(std::vector<double> samples_us);
+// Dispatches on inst.on_device(): wall clock on the host, CUDA events on the device.
 Timing time_instance(BackendInstance& inst, const TimingOptions& opts);
+#if defined(ATTN_WITH_CUDA)
+// CUDA events on inst.stream(); cold_l2 flushes L2 before each sample; cuda_graph captures
+// run() once and times graph replays. Defined in timing_cuda.cpp.
+Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts);
+#endif
 
 }  // namespace attn
