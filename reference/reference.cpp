@@ -1,1 +1,295 @@
 #include "reference/reference.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include <Eigen/Dense>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "core/values.hpp"
+#include "reference/head_attention.hpp"
+
+namespace attn {
+namespace {
+
+// Latent rows up-projected per GEMM in MLA units: bounds the [rows, kv_lora_rank] scratch.
+constexpr int64_t kLatentBlock = 1024;
+
+[[noreturn]] void bad_batch(const std::string& what) {
+  throw InputError("compute_reference: inconsistent batch: " + what);
+}
+
+// Everything compute_reference needs from the spec, resolved once.
+struct Shape {
+  bool mla = false;
+  int hq = 0;         // query heads
+  int hkv = 0;        // kv heads (MLA: 1, the latent)
+  int group = 1;      // q heads per kv head
+  int dqk = 0;        // q/k head size (MLA: nope + rope)
+  int dv = 0;         // v head size (MLA: v_head_dim)
+  double scale = 0;
+};
+
+Shape resolve_shape(const Batch& b) {
+  const AttentionSpec& s = b.spec;
+  Shape sh;
+  sh.mla = s.use_mla;
+  sh.hq = s.num_q_heads;
+  if (sh.hq <= 0) bad_batch("num_q_heads = " + std::to_string(sh.hq));
+  if (sh.mla) {
+    sh.hkv = 1;
+    sh.group = sh.hq;
+    sh.dqk = s.mla.qk_head_dim();
+    sh.dv = s.mla.v_head_dim;
+    if (s.mla.kv_lora_rank <= 0 || s.mla.qk_nope_head_dim <= 0 || s.mla.qk_rope_head_dim < 0 || sh.dv <= 0) {
+      bad_batch("MLA dimensions must be positive");
+    }
+  } else {
+    sh.hkv = s.num_kv_heads;
+    if (sh.hkv <= 0 || sh.hq % sh.hkv != 0) {
+      bad_batch("num_kv_heads = " + std::to_string(sh.hkv) + " must divide num_q_heads = " +
+                std::to_string(sh.hq));
+    }
+    sh.group = sh.hq / sh.hkv;
+    sh.dqk = s.head_size_qk;
+    sh.dv = s.head_size_v;
+    if (sh.dqk <= 0 || sh.dv <= 0) bad_batch("head sizes must be positive");
+  }
+  // The spec arrives resolved; the default is repeated here so a hand-built spec still works.
+  sh.scale = s.scale > 0 ? static_cast<double>(s.scale) : 1.0 / std::sqrt(static_cast<double>(sh.dqk));
+  return sh;
+}
+
+void check_batch(const Batch& b, const Shape& sh) {
+  const int n = b.num_reqs();
+  if (b.query_start_loc.size() != static_cast<size_t>(n) + 1 || b.query_start_loc[0] != 0) {
+    bad_batch("query_start_loc must hold num_reqs + 1 offsets starting at 0");
+  }
+  for (int r = 0; r < n; ++r) {
+    const RequestShape& rq = b.requests[r];
+    if (rq.context_len < 0 || rq.query_len < 0) bad_batch("negative length in request " + std::to_string(r));
+    if (b.query_start_loc[r + 1] - b.query_start_loc[r] != rq.query_len) {
+      bad_batch("query_start_loc disagrees with query_len of request " + std::to_string(r));
+    }
+  }
+  // A feature the spec asks for but the batch lacks would be silently dropped: refuse instead.
+  if (b.spec.sinks != !b.sinks.empty() || (!b.sinks.empty() && b.sinks.size() != static_cast<size_t>(sh.hq))) {
+    bad_batch("sinks must hold one logit per q head exactly when spec.sinks is set");
+  }
+  if (b.spec.alibi != !b.alibi.empty() || (!b.alibi.empty() && b.alibi.size() != static_cast<size_t>(sh.hq))) {
+    bad_batch("alibi must hold one slope per q head exactly when spec.alibi is set");
+  }
+  if (b.spec.sliding_window < 0 || b.local_attention_chunk < 0 || b.spec.logits_soft_cap < 0) {
+    bad_batch("sliding_window, local_attention_chunk and logits_soft_cap must be >= 0");
+  }
+}
+
+// The (request, q head) pairs to check, as flags indexed req * hq + head. When sampling, each
+// pair gets the key mix64(mix64(seed) ^ index): mix64 is a bijection, so the keys are distinct
+// and the max_pairs smallest are exactly max_pairs pairs, the same ones for the same seed.
+std::vector<uint8_t> choose_pairs(int64_t total, int64_t max_pairs, uint64_t seed) {
+  if (max_pairs <= 0 || max_pairs >= total) return std::vector<uint8_t>(static_cast<size_t>(total), 1);
+  const uint64_t salt = mix64(seed + 0x9e3779b97f4a7c15ull);
+  std::vector<uint64_t> keys(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) keys[i] = mix64(salt ^ static_cast<uint64_t>(i));
+  std::vector<int64_t> order(static_cast<size_t>(total));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::nth_element(order.begin(), order.begin() + max_pairs, order.end(),
+                   [&](int64_t a, int64_t c) { return keys[a] < keys[c]; });
+  std::vector<uint8_t> chosen(static_cast<size_t>(total), 0);
+  for (int64_t i = 0; i < max_pairs; ++i) chosen[order[i]] = 1;
+  return chosen;
+}
+
+// A work unit: one request and one kv head (MHA: its K/V serve the whole q-head group) or one
+// q head (MLA: every head up-projects the latent into its own K/V).
+struct WorkUnit {
+  int req = 0;
+  int head = 0;
+  double cost = 0;  // rough multiply-adds, for scheduling the largest first
+};
+
+class ReferenceRunner {
+ public:
+  ReferenceRunner(const Batch& b, const Shape& sh, const std::vector<uint8_t>& chosen, ReferenceResult& out)
+      : b_(b), sh_(sh), chosen_(chosen), out_(out) {}
+
+  std::vector<WorkUnit> units() const {
+    std::vector<WorkUnit> list;
+    for (int r = 0; r < b_.num_reqs(); ++r) {
+      const RequestShape& rq = b_.requests[r];
+      if (rq.query_len == 0) continue;
+      const double keys = static_cast<double>(key_span(r).size());
+      for (int u = 0; u < (sh_.mla ? sh_.hq : sh_.hkv); ++u) {
+        int heads = 0;
+        for (int h = first_head(u); h < first_head(u) + head_count(); ++h) heads += chosen(r, h);
+        if (heads == 0) continue;
+        const double build = sh_.mla ? keys * b_.spec.mla.kv_lora_rank * (sh_.dqk + sh_.dv) : keys;
+        list.push_back({r, u, build + keys * rq.query_len * heads * (sh_.dqk + sh_.dv)});
+      }
+    }
+    std::sort(list.begin(), list.end(), [](const WorkUnit& a, const WorkUnit& c) { return a.cost > c.cost; });
+    return list;
+  }
+
+  void run(const WorkUnit& u) const {
+    const ref::KeyRange span = key_span(u.req);
+    Eigen::MatrixXd k, v;  // [span keys, dqk], [span keys, dv]
+    if (sh_.mla) {
+      build_mla_kv(u.req, u.head, span, k, v);
+    } else {
+      build_kv(u.req, u.head, span, k, v);
+    }
+    Eigen::MatrixXd q, o;
+    Eigen::VectorXd lse;
+    for (int h = first_head(u.head); h < first_head(u.head) + head_count(); ++h) {
+      if (!chosen(u.req, h)) continue;
+      build_q(u.req, h, q);
+      ref::attend_head(q, b_.requests[u.req].context_len, k, v, span.lo, visibility(u.req), logit_rule(h), o,
+                       lse);
+      store(u.req, h, o, lse);
+    }
+  }
+
+ private:
+  // q heads [first, first + count) served by a unit: the GQA group of kv head u, or q head u
+  // itself under MLA.
+  int first_head(int unit_head) const { return sh_.mla ? unit_head : unit_head * sh_.group; }
+  int head_count() const { return sh_.mla ? 1 : sh_.group; }
+  bool chosen(int req, int h) const { return chosen_[static_cast<size_t>(req) * sh_.hq + h] != 0; }
+
+  ref::Visibility visibility(int req) const {
+    ref::Visibility vis;
+    vis.causal = b_.spec.causal();
+    vis.seq_len = b_.requests[req].seq_len();
+    vis.sliding_window = b_.spec.sliding_window;
+    vis.local_chunk = b_.local_attention_chunk;
+    return vis;
+  }
+
+  // Keys any query row of the request can see: the first row's lo to the last row's hi
+  // (both ends grow with the position). Keys outside are never visible, so not built.
+  ref::KeyRange key_span(int req) const {
+    const RequestShape& rq = b_.requests[req];
+    const ref::Visibility vis = visibility(req);
+    return {vis.keys_of(rq.context_len).lo, vis.keys_of(rq.seq_len() - 1).hi};
+  }
+
+  ref::LogitRule logit_rule(int h) const {
+    ref::LogitRule rule;
+    rule.scale = sh_.scale;
+    rule.soft_cap = b_.spec.logits_soft_cap;
+    if (!b_.alibi.empty()) rule.alibi_slope = b_.alibi[h];
+    if (!b_.sinks.empty()) {
+      rule.has_sink = true;
+      rule.sink = b_.sinks[h];
+    }
+    return rule;
+  }
+
+  // q: [query_len, dqk], row i = the new token at position context_len + i.
+  void build_q(int req, int h, Eigen::MatrixXd& q) const {
+    const RequestShape& rq = b_.requests[req];
+    q.resize(rq.query_len, sh_.dqk);
+    for (int i = 0; i < rq.query_len; ++i) {
+      for (int d = 0; d < sh_.dqk; ++d) q(i, d) = b_.q(req, rq.context_len + i, h, d);
+    }
+  }
+
+  // k: [span, dqk], v: [span, dv] of kv head kvh, as read back from the cache.
+  void build_kv(int req, int kvh, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
+    k.resize(span.size(), sh_.dqk);
+    v.resize(span.size(), sh_.dv);
+    for (int64_t j = 0; j < span.size(); ++j) {
+      const int pos = static_cast<int>(span.lo + j);
+      for (int d = 0; d < sh_.dqk; ++d) k(j, d) = b_.k(req, pos, kvh, d);
+      for (int d = 0; d < sh_.dv; ++d) v(j, d) = b_.v(req, pos, kvh, d);
+    }
+  }
+
+  // MLA head h: k = [kv_c · W_UK[h] ‖ k_pe]  [span, nope + rope],  v = kv_c · W_UV[h]  [span, dv],
+  // with kv_c [span, rank] and k_pe [span, rope] read back from the latent cache.
+  void build_mla_kv(int req, int h, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
+    const MlaDims& m = b_.spec.mla;
+    Eigen::MatrixXd w_uk(m.kv_lora_rank, m.qk_nope_head_dim);  // [rank, nope]
+    Eigen::MatrixXd w_uv(m.kv_lora_rank, m.v_head_dim);        // [rank, dv]
+    for (int c = 0; c < m.kv_lora_rank; ++c) {
+      for (int d = 0; d < m.qk_nope_head_dim; ++d) w_uk(c, d) = b_.w_uk(h, c, d);
+      for (int d = 0; d < m.v_head_dim; ++d) w_uv(c, d) = b_.w_uv(h, c, d);
+    }
+    const int64_t n = span.size();
+    k.resize(n, sh_.dqk);
+    v.resize(n, sh_.dv);
+    Eigen::MatrixXd kv_c(std::min(n, kLatentBlock), m.kv_lora_rank);  // [block, rank]
+    for (int64_t j0 = 0; j0 < n; j0 += kLatentBlock) {
+      const int64_t nb = std::min(kLatentBlock, n - j0);
+      for (int64_t j = 0; j < nb; ++j) {
+        const int pos = static_cast<int>(span.lo + j0 + j);
+        for (int c = 0; c < m.kv_lora_rank; ++c) kv_c(j, c) = b_.latent(req, pos, c);
+        for (int d = 0; d < m.qk_rope_head_dim; ++d) {
+          k(j0 + j, m.qk_nope_head_dim + d) = b_.latent(req, pos, m.kv_lora_rank + d);
+        }
+      }
+      k.block(j0, 0, nb, m.qk_nope_head_dim).noalias() = kv_c.topRows(nb) * w_uk;
+      v.middleRows(j0, nb).noalias() = kv_c.topRows(nb) * w_uv;
+    }
+  }
+
+  void store(int req, int h, const Eigen::MatrixXd& o, const Eigen::VectorXd& lse) const {
+    const int64_t t0 = b_.query_start_loc[req];
+    for (int64_t i = 0; i < o.rows(); ++i) {
+      const size_t row = static_cast<size_t>((t0 + i) * sh_.hq + h);
+      for (int d = 0; d < sh_.dv; ++d) out_.o[row * sh_.dv + d] = o(i, d);
+      out_.lse[row] = lse(i);
+      out_.checked[row] = 1;
+    }
+  }
+
+  const Batch& b_;
+  const Shape& sh_;
+  const std::vector<uint8_t>& chosen_;
+  ReferenceResult& out_;  // units write disjoint (token, head) rows
+};
+
+}  // namespace
+
+ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) {
+  const Shape sh = resolve_shape(b);
+  check_batch(b, sh);
+
+  ReferenceResult out;
+  out.num_tokens = b.num_tokens();
+  out.num_heads = sh.hq;
+  out.head_size_v = sh.dv;
+  const size_t rows = static_cast<size_t>(out.num_tokens) * sh.hq;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  out.o.assign(rows * sh.dv, nan);  // rows never computed stay NaN
+  out.lse.assign(rows, nan);
+  out.checked.assign(rows, 0);
+
+  out.pairs_total = static_cast<int64_t>(b.num_reqs()) * sh.hq;
+  const std::vector<uint8_t> chosen = choose_pairs(out.pairs_total, opts.max_pairs, opts.sample_seed);
+  out.pairs_checked = std::count(chosen.begin(), chosen.end(), uint8_t{1});
+
+  const ReferenceRunner runner(b, sh, chosen, out);
+  const std::vector<WorkUnit> units = runner.units();
+  // Units differ in cost by orders of magnitude (a 32k prefill vs a short decode), so workers
+  // pull them largest first from a shared counter instead of taking fixed slices.
+  const int threads = opts.threads > 0 ? opts.threads : default_threads();
+  const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(units.size()));
+  std::atomic<size_t> next{0};
+  parallel_for(
+      workers,
+      [&](int64_t, int64_t) {
+        for (size_t i = next++; i < units.size(); i = next++) runner.run(units[i]);
+      },
+      static_cast<int>(std::max<int64_t>(workers, 1)));
+  return out;
+}
+
+}  // namespace attn

@@ -1,1 +1,32 @@
-int main() { return 0; }
+// attn-bench: a thin CLI over the attn library. Each verb lives in cmd_<verb>.cpp.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "pipeline/pipeline.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"attn-bench: correctness and speed of paged-KV attention backends.\n"
+               "Exit codes: 0 ok, 1 a check or gate failed, 2 usage or input error, 3 runtime or device error."};
+  app.set_version_flag("--version", attn::build_info());
+  app.require_subcommand(1);
+  attn::cli::Commands cmds;
+  attn::cli::register_commands(app, cmds);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : attn::kExitInput;
+  }
+  try {
+    return cmds.run();
+  } catch (const attn::InputError& e) {
+    std::fprintf(stderr, "attn-bench: error: %s\n", e.what());
+    return attn::kExitInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-bench: runtime error: %s\n", e.what());
+    return attn::kExitRuntime;
+  }
+}

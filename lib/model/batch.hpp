@@ -29,6 +29,9 @@ struct Batch {
   std::vector<int32_t> query_start_loc;  // [num_reqs + 1]
   std::vector<float> sinks;   // [num_q_heads] or empty
   std::vector<float> alibi;   // [num_q_heads] slopes or empty
+  // Generator id of each request (empty = its index). A request cut out of a batch keeps its
+  // id, so it sees the same values alone as inside the batch (batch-invariance check).
+  std::vector<uint32_t> request_ids;
 
   int num_reqs() const { return static_cast<int>(requests.size()); }
   int64_t num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
@@ -36,7 +39,8 @@ struct Batch {
 
   // Generator request id of token `pos` of request `req` (shared prefix tokens share one id).
   uint32_t value_req(int req, int pos) const {
-    return pos < shared_prefix_len ? kSharedPrefixRequest : static_cast<uint32_t>(req);
+    if (pos < shared_prefix_len) return kSharedPrefixRequest;
+    return request_ids.empty() ? static_cast<uint32_t>(req) : request_ids[static_cast<size_t>(req)];
   }
 
   // ---- values (float, exactly what the backend's inputs hold) ----------------------------

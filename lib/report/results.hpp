@@ -3,7 +3,9 @@
 // docs/RESULTS.md; column names follow FlashInfer's benchmarks and nvbench
 // (median_time_us, tflops, tb_per_sec, ...).
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/spec.hpp"
@@ -34,7 +36,8 @@ struct ResultRow {
   double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0, cosine = 1, nmse = 0, quant_rel_l2 = -1;
   int64_t nan_mismatches = 0, unwritten = 0, checked_pairs = 0, total_pairs = 0;
   std::string worst;  // "req=3 tok=17 pos=2064 head=5 dim=9 got=.. want=.."
-  bool deterministic = true;
+  bool deterministic = true;    // two runs bitwise equal
+  bool batch_invariant = true;  // requests run alone match their rows inside the batch bitwise
   // timing
   double plan_us = 0, median_time_us = 0, min_time_us = 0, max_time_us = 0, stdev_time_us = 0;
   int samples = 0;
@@ -57,5 +60,13 @@ std::vector<ResultRow> read_csv(const std::string& path);
 std::string format_table(const std::vector<ResultRow>& rows);
 // Writes `content` to `path` atomically.
 void write_file_atomic(const std::string& path, const std::string& content);
+// JUnit XML for CI (`validate --junit`): a testsuite per scenario, a testcase per backend,
+// <failure>/<error> with the reason for fail/error rows, <skipped> for skipped ones. Atomic.
+void write_junit(const std::string& path, const std::vector<ResultRow>& rows);
+std::string rows_to_junit(const std::vector<ResultRow>& rows);
+// "pass" | "fail" | "skipped" | "error" -> RowStatus; nullopt for anything else.
+std::optional<RowStatus> parse_row_status(std::string_view s);
+// The CSV header / JSON keys, in their fixed order (docs/RESULTS.md).
+std::vector<std::string> result_column_names();
 
 }  // namespace attn

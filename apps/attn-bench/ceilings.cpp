@@ -1,0 +1,28 @@
+#include <exception>
+
+#include "cli_common.hpp"
+#include "timing/ceilings.hpp"
+#include "timing/device_query.hpp"
+
+namespace attn::cli {
+
+Ceilings device_ceilings() {
+  Ceilings c;
+  std::string why;
+  const std::optional<DeviceInfo> dev = query_device(&why);
+  if (!dev) {
+    c.note = why;
+    return c;
+  }
+  c.device = dev->name;
+  try {
+    const DeviceCeilings m = measure_device_ceilings();
+    c.copy_gbs = m.copy_gbps;
+    c.bf16_tflops = m.bf16_tflops;
+  } catch (const std::exception& e) {
+    c.note = e.what();  // % of peak stays unknown; the run itself goes on
+  }
+  return c;
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,111 @@
+#include "cli_common.hpp"
+
+#include "core/error.hpp"
+
+namespace attn::cli {
+
+void ScenarioArgs::add_to(CLI::App& cmd) {
+  cmd.add_option("scenarios", files, "Scenario files (TOML, see docs/SCENARIOS.md)");
+  cmd.add_option("--model", model, "Model preset for a quick batch without a file (see `attn-bench list`)");
+  cmd.add_option("--batch", batch, "Compact batch spec COUNTxQUERY@CONTEXT,... e.g. 48x1@2048,2x512@1024");
+  cmd.add_option_function<uint64_t>(
+      "--seed", [this](const uint64_t& s) { seed = s, seed_set = true; }, "Override the scenario seed");
+}
+
+std::vector<Scenario> ScenarioArgs::load() const {
+  std::vector<Scenario> out;
+  if (!model.empty() || !batch.empty()) {
+    if (model.empty() || batch.empty()) throw InputError("--model and --batch go together (e.g. --model llama3-8b --batch 64x1@4096)");
+    out.push_back(scenario_from_cli(model, batch, seed));
+  }
+  for (const std::string& f : files) out.push_back(load_scenario(f));
+  if (out.empty()) throw InputError("no scenario given: pass scenario files or --model PRESET --batch SPEC");
+  if (seed_set)
+    for (Scenario& s : out) s.seed = seed;
+  return out;
+}
+
+void add_format_option(CLI::App& cmd, Format& f) {
+  cmd.add_option_function<std::string>(
+         "--format",
+         [&f](const std::string& v) { f = v == "csv" ? Format::csv : v == "json" ? Format::json : Format::table; },
+         "Output format: table (default), csv or json")
+      ->check(CLI::IsMember({"table", "csv", "json"}));
+}
+
+}  // namespace attn::cli
+
+namespace attn::cli {
+
+namespace {
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char ch : s) o += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return o + "\"";
+}
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          o += buf;
+        } else {
+          o += ch;
+        }
+    }
+  }
+  return o + "\"";
+}
+}  // namespace
+
+std::string Table::render(Format f) const {
+  std::string out;
+  if (f == Format::csv) {
+    for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + csv_cell(columns[i]);
+    out += "\n";
+    for (const auto& r : rows) {
+      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + csv_cell(r[i]);
+      out += "\n";
+    }
+    return out;
+  }
+  if (f == Format::json) {
+    out = "[\n";
+    for (size_t k = 0; k < rows.size(); ++k) {
+      out += "  {";
+      for (size_t i = 0; i < columns.size() && i < rows[k].size(); ++i)
+        out += (i ? ", " : "") + json_string(columns[i]) + ": " + json_string(rows[k][i]);
+      out += k + 1 < rows.size() ? "},\n" : "}\n";
+    }
+    return out + "]\n";
+  }
+  std::vector<size_t> w(columns.size());
+  for (size_t i = 0; i < columns.size(); ++i) w[i] = columns[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const std::string& c = i < cells.size() ? cells[i] : std::string();
+      l += c + std::string(w[i] - c.size() + (i + 1 < w.size() ? 2 : 0), ' ');
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    return l + "\n";
+  };
+  out += line(columns);
+  std::vector<std::string> rule;
+  for (size_t x : w) rule.push_back(std::string(x, '-'));
+  out += line(rule);
+  for (const auto& r : rows) out += line(r);
+  return out;
+}
+
+}  // namespace attn::cli

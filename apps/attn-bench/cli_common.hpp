@@ -1,0 +1,47 @@
+#pragma once
+// Pieces shared by the verbs: where scenarios come from, output formats, device ceilings.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/scenario.hpp"
+
+namespace attn::cli {
+
+// Scenario sources of describe/run/validate: files, or --model PRESET --batch SPEC.
+struct ScenarioArgs {
+  std::vector<std::string> files;
+  std::string model;
+  std::string batch;
+  uint64_t seed = 0;
+  bool seed_set = false;
+  void add_to(CLI::App& cmd);
+  std::vector<Scenario> load() const;  // InputError on bad input or when none is given
+};
+
+enum class Format { table, csv, json };
+void add_format_option(CLI::App& cmd, Format& f);
+
+// Measured once per process when a CUDA device is present: copy bandwidth (GB/s) and bf16
+// tensor-core rate (TFLOP/s); zeros when unknown (no device, CUDA off, or measurement failed).
+struct Ceilings {
+  std::string device;
+  double copy_gbs = 0;
+  double bf16_tflops = 0;
+  std::string note;  // why unknown
+};
+Ceilings device_ceilings();
+
+}  // namespace attn::cli
+
+namespace attn::cli {
+
+// A small table rendered as aligned text, CSV or JSON (an array of objects).
+struct Table {
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+  std::string render(Format f) const;
+};
+
+}  // namespace attn::cli

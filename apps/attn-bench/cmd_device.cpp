@@ -1,0 +1,37 @@
+// `attn-bench device`: the device's own ceilings, measured (not datasheet figures).
+#include <fmt/format.h>
+#include <memory>
+
+#include "cli_common.hpp"
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "timing/ceilings.hpp"
+#include "timing/device_query.hpp"
+
+namespace attn::cli {
+
+namespace {
+
+int run_device(Format f) {
+  std::string why;
+  const std::optional<DeviceInfo> dev = query_device(&why);
+  if (!dev) throw RuntimeError("no CUDA device: " + why);
+  const DeviceCeilings m = measure_device_ceilings();
+  Table t{{"device", "cc", "sms", "l2_mb", "memory_gb", "copy_gb_per_sec", "bf16_tflops", "method"}, {}};
+  t.rows.push_back({m.name, m.cc, std::to_string(m.num_sms), fmt::format("{:.0f}", m.l2_bytes / 1048576.0),
+                    fmt::format("{:.1f}", dev->total_memory_bytes / 1e9), fmt::format("{:.0f}", m.copy_gbps),
+                    fmt::format("{:.0f}", m.bf16_tflops), m.method});
+  fmt::print("{}", t.render(f));
+  return 0;
+}
+
+}  // namespace
+
+void add_device(CLI::App& app, Commands& c) {
+  auto* cmd = app.add_subcommand("device", "Measure the GPU's ceilings: copy bandwidth and bf16 matrix rate");
+  auto f = std::make_shared<Format>(Format::table);
+  add_format_option(*cmd, *f);
+  cmd->callback([&c, f] { c.selected = [f] { return run_device(*f); }; });
+}
+
+}  // namespace attn::cli

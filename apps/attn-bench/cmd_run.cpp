@@ -1,0 +1,168 @@
+// `attn-bench run` (check + time + report) and `attn-bench validate` (the CI gate: checks only).
+#include <algorithm>
+#include <cstdio>
+#include <fmt/format.h>
+#include <memory>
+#include <optional>
+#include <unistd.h>
+
+#include "backends/backend.hpp"
+#include "cli_common.hpp"
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "pipeline/pipeline.hpp"
+#include "report/results.hpp"
+
+namespace attn::cli {
+
+namespace {
+
+struct RunArgs {
+  ScenarioArgs scenarios;
+  std::string backend;  // "a,b" | auto | all
+  std::vector<std::string> outputs;
+  std::string junit;
+  std::optional<int> iterations, warmup;
+  std::optional<int64_t> check_sample;
+  bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, quiet = false;
+  std::string cascade;
+  bool validate_only = false;
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    const std::string item = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!item.empty()) out.push_back(item);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int run_verb(const RunArgs& a) {
+  const std::vector<Scenario> scenarios = a.scenarios.load();
+  for (const std::string& out : a.outputs)
+    if (!ends_with(out, ".csv") && !ends_with(out, ".json"))
+      throw InputError(fmt::format("--output {}: the file name must end in .csv or .json", out));
+
+  PipelineOptions opts;
+  opts.backends = split_commas(a.backend);
+  opts.iterations = a.iterations;
+  opts.warmup = a.warmup;
+  if (a.cold_l2) opts.cold_l2 = true;
+  if (a.no_cold_l2) opts.cold_l2 = false;
+  if (a.cuda_graph) opts.cuda_graph = true;
+  if (a.cascade == "on") opts.cascade = CascadeMode::on;
+  if (a.cascade == "off") opts.cascade = CascadeMode::off;
+  if (a.cascade == "auto") opts.cascade = CascadeMode::auto_;
+  opts.check_sample = a.check_sample;
+  opts.time = !a.validate_only;
+  opts.batch_invariance = !a.no_invariance;
+  const bool interactive = isatty(fileno(stderr)) != 0;
+  if (!a.quiet)
+    opts.progress = [interactive](const std::string& line) {
+      if (interactive) {
+        std::fprintf(stderr, "\r\033[K%s", line.c_str());
+      } else {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+      std::fflush(stderr);
+    };
+
+  const auto registry = make_registry();
+  if (opts.time) {
+    const Ceilings c = device_ceilings();
+    opts.peak_bandwidth_gbs = c.copy_gbs;
+    opts.peak_tflops = c.bf16_tflops;
+    opts.device_name = c.device;
+  }
+
+  std::vector<ResultRow> rows;
+  std::vector<DiffEntry> diffs;
+  for (const Scenario& s : scenarios) {
+    PipelineResult r = run_scenario(s, registry, opts);
+    rows.insert(rows.end(), r.rows.begin(), r.rows.end());
+    diffs.insert(diffs.end(), r.diffs.begin(), r.diffs.end());
+  }
+  if (opts.progress && interactive) std::fprintf(stderr, "\r\033[K");
+
+  fmt::print("{}", format_table(rows));
+  if (!diffs.empty()) {
+    Table t{{"batch", "backend a", "backend b", "max |a-b|", "rel L2"}, {}};
+    for (const DiffEntry& d : diffs)
+      t.rows.push_back({d.scenario, d.a, d.b, fmt::format("{:.3g}", d.max_abs), fmt::format("{:.3g}", d.rel_l2)});
+    fmt::print("\nCross-backend agreement\n{}", t.render(Format::table));
+  }
+  for (const ResultRow& r : rows) {
+    if (!r.deterministic) fmt::print("note: {} on {}: two runs differ bitwise\n", r.backend, r.scenario);
+    if (!r.batch_invariant)
+      fmt::print("note: {} on {}: a request run alone differs bitwise from its rows in the batch\n", r.backend,
+                 r.scenario);
+    if (r.status == "fail" && !r.worst.empty()) fmt::print("worst element of {} on {}: {}\n", r.backend, r.scenario, r.worst);
+  }
+  for (const std::string& out : a.outputs) {
+    if (ends_with(out, ".json")) {
+      write_json(out, rows);
+    } else {
+      write_csv(out, rows);
+    }
+    fmt::print("wrote {}\n", out);
+  }
+  if (!a.junit.empty()) {
+    write_junit(a.junit, rows);
+    fmt::print("wrote {}\n", a.junit);
+  }
+
+  const auto count = [&](const char* st) {
+    return std::count_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return r.status == st; });
+  };
+  const long pass = count("pass"), fail = count("fail"), skipped = count("skipped"), errors = count("error");
+  fmt::print("{} passed, {} failed, {} skipped, {} errors\n", pass, fail, skipped, errors);
+  if (fail > 0) return kExitCheckFailed;
+  if (errors > 0) return kExitRuntime;
+  return kExitOk;
+}
+
+void add_common(CLI::App* cmd, RunArgs& a) {
+  a.scenarios.add_to(*cmd);
+  cmd->add_option("--backend", a.backend, "Backends: auto (the selector), all, or names (comma-separated)");
+  cmd->add_option("--check-sample", a.check_sample,
+                  "Check at most N (request, head) pairs against the reference (0 = all)");
+  cmd->add_option("--cascade", a.cascade, "Cascade attention: auto (vLLM's rule), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_flag("--no-invariance", a.no_invariance, "Skip the batch-invariance check");
+  cmd->add_flag("-q,--quiet", a.quiet, "No progress lines");
+}
+
+}  // namespace
+
+void add_run_and_validate(CLI::App& app, Commands& c) {
+  auto ra = std::make_shared<RunArgs>();
+  auto* run = app.add_subcommand("run", "Check and time backends on scenarios; print a table and write results");
+  add_common(run, *ra);
+  run->add_option("-o,--output", ra->outputs, "Results file(s): .csv or .json (written atomically)");
+  run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(CLI::PositiveNumber);
+  run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(CLI::NonNegativeNumber);
+  run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");
+  run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)");
+  run->add_flag("--cuda-graph", ra->cuda_graph, "Time CUDA-graph replays of run()");
+  run->add_option("--junit", ra->junit, "Also write a JUnit XML report");
+  run->callback([&c, ra] { c.selected = [ra] { return run_verb(*ra); }; });
+
+  auto va = std::make_shared<RunArgs>();
+  va->validate_only = true;
+  auto* val = app.add_subcommand("validate", "CI gate: check backends against the float64 reference; exit 1 on failure");
+  add_common(val, *va);
+  val->add_option("--junit", va->junit, "Write a JUnit XML report for CI systems");
+  val->add_option("-o,--output", va->outputs, "Results file(s): .csv or .json");
+  val->callback([&c, va] { c.selected = [va] { return run_verb(*va); }; });
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,103 @@
+// The FLASH_ATTN selector and the dispatch from runtime configuration to instantiation.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/flash_attn/flash_attn_launch.hpp"
+#include "kernels/flash_attn/flash_fwd_traits.cuh"
+
+namespace attn {
+namespace {
+
+bool head_size_compiled(int d) {
+#if defined(ATTN_QUICK_BUILD)
+  return d == 128;
+#else
+  return d == 64 || d == 96 || d == 128 || d == 256;
+#endif
+}
+
+template <int D, class Element>
+void dispatch_kv(const FlashAttnParams& p, bool fp8, bool decode, cudaStream_t s) {
+  if (fp8) {
+    decode ? fa::run_flash_fwd<D, Element, true, true>(p, s) : fa::run_flash_fwd<D, Element, true, false>(p, s);
+  } else {
+    decode ? fa::run_flash_fwd<D, Element, false, true>(p, s) : fa::run_flash_fwd<D, Element, false, false>(p, s);
+  }
+}
+
+template <int D>
+void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode, cudaStream_t s) {
+  if (dtype == DType::f16) {
+    dispatch_kv<D, __half>(p, fp8, decode, s);
+  } else {
+    dispatch_kv<D, __nv_bfloat16>(p, fp8, decode, s);
+  }
+}
+
+template <int D>
+FlashAttnTiling tiling_of(int max_packed_rows) {
+  using Decode = fa::FwdTraits<D, __half, false, true>;
+  using Prefill = fa::FwdTraits<D, __half, false, false>;
+  if (max_packed_rows <= Decode::kBlockM) return {true, Decode::kBlockM, Decode::kBlockN, Decode::kBlockM};
+  return {false, Prefill::kBlockM, Prefill::kBlockN, Decode::kBlockM};
+}
+
+}  // namespace
+
+std::string flash_attn_unsupported_reason(const FlashAttnConfig& c) {
+  if (c.use_mla) return "MLA layers are served by FLASHMLA, not FLASH_ATTN";
+  if (c.dtype != DType::f16 && c.dtype != DType::bf16)
+    return "model dtype " + std::string(to_string(c.dtype)) + " not supported (fp16 or bf16 only)";
+  if (c.kv_dtype != c.dtype && !is_fp8(c.kv_dtype))
+    return "kv cache dtype " + std::string(to_string(c.kv_dtype)) + " must equal the model dtype or be fp8";
+  if (c.head_size_qk != c.head_size_v)
+    return "head_size_qk " + std::to_string(c.head_size_qk) + " != head_size_v " + std::to_string(c.head_size_v);
+  const int d = c.head_size_qk;
+  if (d != 64 && d != 96 && d != 128 && d != 256)
+    return "head size " + std::to_string(d) + " not supported (64, 96, 128, 256)";
+  if (!head_size_compiled(d))
+    return "head size " + std::to_string(d) + " not compiled in this build (ATTN_QUICK_BUILD keeps 128 only)";
+  if (c.block_size <= 0 || c.block_size % 16 != 0)
+    return "block size " + std::to_string(c.block_size) + " not supported (a multiple of 16)";
+  if (c.layout != KvLayout::NHD) return "kv layout HND not supported (the FA cache is NHD)";
+  if (c.num_kv_heads <= 0 || c.num_q_heads % c.num_kv_heads != 0)
+    return "num_q_heads " + std::to_string(c.num_q_heads) + " is not a multiple of num_kv_heads " +
+           std::to_string(c.num_kv_heads);
+  return {};
+}
+
+FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
+  switch (head_size) {
+    case 64: return tiling_of<64>(max_packed_rows);
+    case 96: return tiling_of<96>(max_packed_rows);
+    case 128: return tiling_of<128>(max_packed_rows);
+    case 256: return tiling_of<256>(max_packed_rows);
+    default: throw RuntimeError("flash_attn_tiling: head size " + std::to_string(head_size) + " not supported");
+  }
+}
+
+void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
+                           cudaStream_t stream) {
+  if (const std::string why = flash_attn_unsupported_reason(c); !why.empty())
+    throw RuntimeError("launch_flash_attn_fwd: " + why);
+  if (p.num_tiles == 0) return;
+  const bool fp8 = is_fp8(c.kv_dtype);
+  switch (c.head_size_qk) {
+#if !defined(ATTN_QUICK_BUILD)
+    case 64: dispatch_dtype<64>(p, c.dtype, fp8, t.decode, stream); break;
+    case 96: dispatch_dtype<96>(p, c.dtype, fp8, t.decode, stream); break;
+    case 256: dispatch_dtype<256>(p, c.dtype, fp8, t.decode, stream); break;
+#endif
+    case 128: dispatch_dtype<128>(p, c.dtype, fp8, t.decode, stream); break;
+    default: throw RuntimeError("launch_flash_attn_fwd: head size not compiled");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw RuntimeError(std::string("flash_fwd_kernel launch failed: ") + cudaGetErrorString(err));
+}
+
+}  // namespace attn

@@ -1,0 +1,50 @@
+#pragma once
+// Plain C++ entry points of the FLASH_ATTN kernels. The selector below is the single place that
+// decides what the kernels run: the backend's supports() and the launcher both call it.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "core/dtype.hpp"
+#include "kernels/flash_attn/flash_attn_params.hpp"
+#include "model/spec.hpp"
+
+namespace attn {
+
+// What selects a kernel instantiation plus the layout facts the kernels depend on.
+struct FlashAttnConfig {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_size_qk = 0;
+  int head_size_v = 0;
+  DType dtype = DType::bf16;     // q and o
+  DType kv_dtype = DType::bf16;  // cache: dtype, fp8_e4m3 or fp8_e5m2
+  int block_size = 16;
+  KvLayout layout = KvLayout::NHD;
+  bool use_mla = false;
+};
+
+// "" when the kernels of this build run `c`; otherwise why not (head size not compiled, dtype,
+// block size, layout, ...).
+std::string flash_attn_unsupported_reason(const FlashAttnConfig& c);
+
+// Tile shape of one launch. The decode variant (few packed rows per sequence: G query heads of
+// one decode token) spreads a tile's keys over the warps instead of its rows.
+struct FlashAttnTiling {
+  bool decode = false;
+  int block_m = 0;        // packed query rows per tile
+  int block_n = 0;        // keys per main-loop step (split chunks are multiples of it)
+  int small_block_m = 0;  // a sequence with at most this many packed rows gets one decode tile
+};
+// max_packed_rows: the largest query_len * G of any sequence in the launch.
+FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
+
+// Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws
+// RuntimeError when `c` is unsupported or the launch fails. Allocates nothing, never syncs.
+void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
+                           cudaStream_t stream);
+
+// merge_attn_states over p.num_partials partial states; out_dtype is the model dtype.
+void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStream_t stream);
+
+}  // namespace attn

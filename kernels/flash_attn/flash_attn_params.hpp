@@ -1,0 +1,76 @@
+#pragma once
+// Parameters of the FLASH_ATTN kernels (paged varlen forward, LSE merge). Plain C++: no CUDA
+// types, includable from host .cpp files. Every pointer is device memory.
+//
+// One forward launch covers a list of "tiles": (sequence, m_block) pairs, where an m_block is
+// kBlockM consecutive rows of the sequence's packed query. A packed row is (token, g): the
+// G = num_q_heads / num_kv_heads query heads that share a kv head sit next to each other, so a
+// decode token of a GQA model fills G rows of a tile instead of one. The grid is
+// (num_tiles, num_kv_heads, num_splits).
+#include <cstdint>
+
+namespace attn {
+
+struct FlashAttnParams {
+  // ---- inputs ----------------------------------------------------------------------------
+  const void* q;        // [num_tokens, num_q_heads, head_size] model dtype (fp16/bf16)
+  const void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA K half, NHD)
+  const void* v_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA V half, NHD)
+  const int32_t* block_table;      // [num_seqs, block_table_stride] physical block of each logical block
+  const int32_t* seq_lens;         // [num_seqs] keys of each sequence (context + new tokens)
+  const int32_t* query_start_loc;  // [num_seqs + 1] first flattened token of each sequence
+  const int32_t* tiles;            // [num_tiles, 2] (seq, m_block) of blockIdx.x, heaviest first
+  const float* k_descale;          // [num_seqs, num_kv_heads] fp8 caches, else nullptr (= 1)
+  const float* v_descale;          // [num_seqs, num_kv_heads] fp8 caches, else nullptr (= 1)
+  const float* alibi_slopes;       // [num_q_heads] or nullptr
+  const float* sinks;              // [num_q_heads] sink logits (natural units) or nullptr
+
+  // ---- outputs: either the final O/LSE or one partial state per split ----------------------
+  void* o;              // [num_tokens, num_q_heads, head_size] model dtype; used when o_partial is null
+  float* lse;           // lse[token * lse_token_stride + head * lse_head_stride] natural log, or nullptr
+  int64_t lse_token_stride;
+  int64_t lse_head_stride;
+  float* o_partial;     // [num_partials, num_tokens, num_q_heads, head_size] normalized partial O, or nullptr
+  float* lse_partial;   // [num_partials, num_tokens, num_q_heads] natural-log LSE of each partial
+  int partial_offset;   // this launch writes partial slots partial_offset .. partial_offset + num_splits - 1
+
+  // ---- shapes --------------------------------------------------------------------------------
+  int num_tokens;
+  int num_q_heads;
+  int num_kv_heads;
+  int head_size;
+  int block_size;          // tokens per cache block (a multiple of 16)
+  int block_table_stride;  // entries per block-table row
+  int num_tiles;
+  int num_splits;          // the key range of every tile is cut into this many chunks (blockIdx.z)
+  int64_t kv_block_stride;  // elements between consecutive cache blocks
+  int64_t kv_token_stride;  // elements between consecutive slots of a block
+  int64_t kv_head_stride;   // elements between consecutive kv heads of a slot
+
+  // ---- semantics -----------------------------------------------------------------------------
+  float softmax_scale;
+  float softcap;      // 0 = off, else cap * tanh(logit / cap)
+  int causal;         // query token i of a sequence sits at seq_len - q_len + i and sees keys <= it
+  int window;         // 0 = off, else key > pos - window
+  int local_chunk;    // 0 = off, else key >= floor(pos / chunk) * chunk
+  int kv_begin;       // keys below this are not attended (cascade suffix: the shared prefix length)
+  int kv_fp8_e5m2;    // fp8 caches: 1 = e5m2, 0 = e4m3
+};
+
+// Merges num_partials partial attention states per (token, head) by their LSE (cascade prefix +
+// suffix, split-KV chunks). A partial with LSE = -inf contributes nothing; if all are -inf the
+// row has no visible key: O = 0, LSE = -inf.
+struct MergeAttnParams {
+  const float* o_partial;    // [num_partials, num_tokens, num_heads, head_size]
+  const float* lse_partial;  // [num_partials, num_tokens, num_heads]
+  void* o;                   // [num_tokens, num_heads, head_size] model dtype
+  float* lse;                // lse[token * lse_token_stride + head * lse_head_stride], or nullptr
+  int64_t lse_token_stride;
+  int64_t lse_head_stride;
+  int num_partials;
+  int num_tokens;
+  int num_heads;
+  int head_size;
+};
+
+}  // namespace attn

@@ -1,0 +1,6 @@
+// Forward kernels for head size 256 (see flash_fwd_kernel.cuh).
+#include "kernels/flash_attn/flash_fwd_kernel.cuh"
+
+namespace attn::fa {
+ATTN_FA_INSTANTIATE_HEAD_SIZE(256)
+}  // namespace attn::fa

@@ -1,0 +1,84 @@
+// merge_attn_states: combines partial attention states by their log-sum-exp. One warp per
+// (token, head); lanes stride over the head dimension in float4 steps.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/flash_attn/flash_attn_launch.hpp"
+
+namespace attn {
+namespace {
+
+constexpr int kMaxPartials = 64;
+
+template <class Element>
+__device__ __forceinline__ Element to_element(float x);
+template <>
+__device__ __forceinline__ __half to_element<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_element<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <class Element>
+__global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams p) {
+  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+
+  // Weights e^(lse_i - max) / sum; a side with lse = -inf weighs 0.
+  float m = -INFINITY;
+  for (int i = 0; i < p.num_partials; ++i) m = fmaxf(m, p.lse_partial[i * rows + row]);
+  const float m_use = m == -INFINITY ? 0.f : m;
+  float total = 0.f;
+  for (int i = 0; i < p.num_partials; ++i) total += expf(p.lse_partial[i * rows + row] - m_use);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+
+  Element* o = static_cast<Element*>(p.o) + row * p.head_size;
+  for (int d = lane * 4; d < p.head_size; d += 128) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < p.num_partials; ++i) {
+      const float w = expf(p.lse_partial[i * rows + row] - m_use) * inv;
+      if (w == 0.f) continue;  // an empty side may hold zeros; never read it into the sum
+      const float4 v = *reinterpret_cast<const float4*>(p.o_partial + (i * rows + row) * p.head_size + d);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    o[d] = to_element<Element>(acc.x);
+    o[d + 1] = to_element<Element>(acc.y);
+    o[d + 2] = to_element<Element>(acc.z);
+    o[d + 3] = to_element<Element>(acc.w);
+  }
+  if (lane == 0 && p.lse) {
+    const int64_t token = row / p.num_heads, head = row % p.num_heads;
+    p.lse[token * p.lse_token_stride + head * p.lse_head_stride] = total > 0.f ? m_use + logf(total) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStream_t stream) {
+  if (p.head_size % 4 != 0 || p.num_partials < 1 || p.num_partials > kMaxPartials)
+    throw RuntimeError("launch_merge_attn_states: head_size must be a multiple of 4 and partials in [1, 64]");
+  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  if (rows == 0) return;
+  constexpr int kWarpsPerBlock = 8;
+  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  if (out_dtype == DType::f16) {
+    merge_attn_states_kernel<__half><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+  } else if (out_dtype == DType::bf16) {
+    merge_attn_states_kernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+  } else {
+    throw RuntimeError("launch_merge_attn_states: output dtype must be fp16 or bf16");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw RuntimeError(std::string("merge_attn_states launch failed: ") + cudaGetErrorString(err));
+}
+
+}  // namespace attn

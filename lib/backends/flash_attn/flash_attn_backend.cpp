@@ -1,0 +1,342 @@
+// FLASH_ATTN host side: device buffers of one batch, the schedule, and the launch sequence
+// reshape_and_cache_flash -> forward pass(es) -> merge_attn_states.
+#include "backends/flash_attn/flash_attn_backend.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/flash_attn/flash_attn_plan.hpp"
+#include "core/device.hpp"
+#include "core/device_cache.hpp"
+#include "core/parallel.hpp"
+#include "kernels/cache/cache_launch.hpp"
+#include "kernels/flash_attn/flash_attn_launch.hpp"
+#include "model/kv_cache.hpp"
+
+namespace attn {
+namespace {
+
+FlashAttnConfig config_of(const AttentionSpec& s) {
+  FlashAttnConfig c;
+  c.num_q_heads = s.num_q_heads;
+  c.num_kv_heads = s.num_kv_heads;
+  c.head_size_qk = s.head_size_qk;
+  c.head_size_v = s.head_size_v;
+  c.dtype = s.dtype;
+  c.kv_dtype = s.kv_cache_dtype;
+  c.block_size = s.block_size;
+  c.layout = s.kv_layout;
+  c.use_mla = s.use_mla;
+  return c;
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) buf.upload(v.data(), v.size() * sizeof(T));
+  return buf;
+}
+
+// Every new token's value of one input tensor in `dtype`: [num_tokens, heads, head_size].
+template <class Fn>
+DeviceBuffer upload_token_values(const Batch& b, int heads, int head_size, DType dtype, Fn value) {
+  const int64_t T = b.num_tokens();
+  std::vector<uint8_t> host(static_cast<std::size_t>(T * heads * head_size) * dtype_size(dtype));
+  parallel_for(b.num_reqs(), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const RequestShape& rq = b.requests[r];
+      for (int i = 0; i < rq.query_len; ++i) {
+        const int64_t tok = b.query_start_loc[r] + i;
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < head_size; ++d)
+            store_as(dtype, host.data(), static_cast<std::size_t>((tok * heads + h) * head_size + d),
+                     value(static_cast<int>(r), rq.context_len + i, h, d));
+      }
+    }
+  });
+  return upload(host);
+}
+
+class FlashAttnInstance final : public BackendInstance {
+ public:
+  FlashAttnInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts)
+      : batch_(b), meta_(m), opts_(opts), config_(config_of(b.spec)) {
+    const AttentionSpec& s = b.spec;
+    num_sms_ = query_device_info().num_sms;
+    if (num_sms_ <= 0) num_sms_ = opts.num_sms;
+    const int64_t T = b.num_tokens();
+    const int D = s.head_size_qk;
+
+    // Cache: NaN everywhere, then the context tokens (bit-identical to Batch::k()/v()).
+    layout_ = make_cache_layout(b, CacheFormat::flash_attn);
+    view_ = cache_view(layout_);
+    cache_ = make_device_cache(b, layout_, stream_);
+
+    q_ = upload_token_values(b, s.num_q_heads, D, s.dtype,
+                             [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); });
+    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
+                                 [&](int r, int pos, int h, int d) { return b.k_input(r, pos, h, d); });
+    v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
+                                 [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
+    nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));
+    launch_fill_nan(nan_kv_.data(), std::max<int64_t>(T, 1) * s.num_kv_heads * D, s.dtype, stream_);
+
+    block_table_ = upload(m.block_table);
+    seq_lens_ = upload(m.seq_lens);
+    query_start_loc_ = upload(m.query_start_loc);
+    slot_mapping_ = upload(m.slot_mapping);
+    if (s.kv_fp8()) {
+      k_descale_ = upload(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.k_scale));
+      v_descale_ = upload(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.v_scale));
+    }
+    if (!b.alibi.empty()) alibi_ = upload(b.alibi);
+    if (!b.sinks.empty()) sinks_ = upload(b.sinks);
+
+    o_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * D * dtype_size(s.dtype));
+    lse_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * sizeof(float));
+
+    // The schedule decides the workspace; plan() recomputes the same schedule later.
+    schedule_ = plan_flash_attn(b, m, opts, num_sms_);
+    const int partials = schedule_.num_partials();
+    if (partials > 0) {
+      o_partial_ = DeviceBuffer(static_cast<std::size_t>(partials) * T * s.num_q_heads * D * sizeof(float));
+      lse_partial_ = DeviceBuffer(static_cast<std::size_t>(partials) * T * s.num_q_heads * sizeof(float));
+    }
+    // Tile lists hold at most one entry per (sequence, m_block) of the smallest block_m.
+    int64_t max_tiles = 1;
+    for (int r = 0; r < m.num_reqs; ++r) max_tiles += (static_cast<int64_t>(m.query_len(r)) * s.gqa_ratio() + 15) / 16;
+    tiles_ = DeviceBuffer(max_tiles * 2 * sizeof(int32_t));
+    prefix_tiles_ = DeviceBuffer((T * s.gqa_ratio() / 16 + 2) * 2 * sizeof(int32_t));
+    prefix_meta_ = DeviceBuffer(3 * sizeof(int32_t));  // query_start_loc {0, T}, seq_lens {prefix}
+    upload_schedule();
+    ATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void plan() override {
+    schedule_ = plan_flash_attn(batch_, meta_, opts_, num_sms_);
+    upload_schedule();
+  }
+
+  void run() override {
+    const AttentionSpec& s = batch_.spec;
+    write_cache(k_new_.data(), v_new_.data());
+
+    FlashAttnParams p = base_params();
+    if (schedule_.cascade) {
+      // Prefix: every query token against the shared blocks (block-table row 0), no mask.
+      FlashAttnParams pre = p;
+      pre.query_start_loc = prefix_meta_.as<int32_t>();
+      pre.seq_lens = prefix_meta_.as<int32_t>() + 2;
+      pre.tiles = prefix_tiles_.as<int32_t>();
+      pre.num_tiles = schedule_.prefix.num_tiles();
+      pre.num_splits = schedule_.prefix.num_splits;
+      pre.causal = 0;
+      pre.sinks = nullptr;  // counted once, in the suffix pass
+      pre.partial_offset = 0;
+      launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
+      p.kv_begin = schedule_.prefix_len;
+      p.partial_offset = schedule_.prefix.num_splits;
+    }
+    if (schedule_.num_partials() == 0) {
+      p.o_partial = nullptr;
+      p.lse_partial = nullptr;
+    }
+    launch_flash_attn_fwd(p, config_, schedule_.main.tiling, stream_);
+    if (schedule_.num_partials() > 0) {
+      MergeAttnParams mp{};
+      mp.o_partial = o_partial_.as<float>();
+      mp.lse_partial = lse_partial_.as<float>();
+      mp.o = o_.data();
+      mp.lse = lse_.as<float>();
+      mp.lse_token_stride = s.num_q_heads;
+      mp.lse_head_stride = 1;
+      mp.num_partials = schedule_.num_partials();
+      mp.num_tokens = static_cast<int>(batch_.num_tokens());
+      mp.num_heads = s.num_q_heads;
+      mp.head_size = s.head_size_v;
+      launch_merge_attn_states(mp, s.dtype, stream_);
+    }
+  }
+
+  void poison() override {
+    const AttentionSpec& s = batch_.spec;
+    const int64_t T = batch_.num_tokens();
+    launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
+    launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
+    write_cache(nan_kv_.data(), nan_kv_.data());
+  }
+
+  void synchronize() override { stream_.synchronize(); }
+
+  AttentionOutput fetch() override {
+    const AttentionSpec& s = batch_.spec;
+    stream_.synchronize();
+    AttentionOutput out;
+    out.num_tokens = batch_.num_tokens();
+    out.num_heads = s.num_q_heads;
+    out.head_size_v = s.head_size_v;
+    const std::size_t n = static_cast<std::size_t>(out.num_tokens) * s.num_q_heads * s.head_size_v;
+    std::vector<uint8_t> raw(n * dtype_size(s.dtype));
+    if (n) o_.download(raw.data(), raw.size());
+    out.o.resize(n);
+    for (std::size_t i = 0; i < n; ++i) out.o[i] = load_as(s.dtype, raw.data(), i);
+    out.lse.resize(static_cast<std::size_t>(out.num_tokens) * s.num_q_heads);
+    if (!out.lse.empty()) lse_.download(out.lse.data(), out.lse.size() * sizeof(float));
+    return out;
+  }
+
+  bool on_device() const override { return true; }
+  void* stream() const override { return static_cast<void*>(stream_.get()); }
+  std::string plan_summary() const override { return schedule_.summary(); }
+
+ private:
+  void upload_schedule() {
+    const auto& main = schedule_.main.tiles;
+    if (!main.empty()) tiles_.upload_async(main.data(), main.size() * sizeof(int32_t), stream_);
+    if (schedule_.cascade) {
+      const auto& pre = schedule_.prefix.tiles;
+      prefix_host_ = {0, static_cast<int32_t>(batch_.num_tokens()), schedule_.prefix_len};
+      prefix_meta_.upload_async(prefix_host_.data(), 3 * sizeof(int32_t), stream_);
+      if (!pre.empty()) prefix_tiles_.upload_async(pre.data(), pre.size() * sizeof(int32_t), stream_);
+    }
+  }
+
+  void write_cache(const void* k, const void* v) {
+    const AttentionSpec& s = batch_.spec;
+    ReshapeAndCacheParams rc{};
+    rc.key = k;
+    rc.value = v;
+    rc.key_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_qk;
+    rc.value_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_v;
+    rc.slot_mapping = slot_mapping_.as<int64_t>();
+    rc.k_cache = cache_.as<uint8_t>() + view_.k_offset * dtype_size(s.kv_cache_dtype);
+    rc.v_cache = cache_.as<uint8_t>() + view_.v_offset * dtype_size(s.kv_cache_dtype);
+    rc.k_strides = view_.k;
+    rc.v_strides = view_.v;
+    rc.num_tokens = batch_.num_tokens();
+    rc.num_kv_heads = s.num_kv_heads;
+    rc.head_size_k = s.head_size_qk;
+    rc.head_size_v = s.head_size_v;
+    rc.block_size = s.block_size;
+    rc.k_scale = s.k_scale;
+    rc.v_scale = s.v_scale;
+    rc.input_dtype = s.dtype;
+    rc.cache_dtype = s.kv_cache_dtype;
+    if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
+  }
+
+  FlashAttnParams base_params() const {
+    const AttentionSpec& s = batch_.spec;
+    FlashAttnParams p{};
+    p.q = q_.data();
+    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * dtype_size(s.kv_cache_dtype);
+    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * dtype_size(s.kv_cache_dtype);
+    p.block_table = block_table_.as<int32_t>();
+    p.seq_lens = seq_lens_.as<int32_t>();
+    p.query_start_loc = query_start_loc_.as<int32_t>();
+    p.tiles = tiles_.as<int32_t>();
+    p.k_descale = s.kv_fp8() ? k_descale_.as<float>() : nullptr;
+    p.v_descale = s.kv_fp8() ? v_descale_.as<float>() : nullptr;
+    p.alibi_slopes = alibi_.empty() ? nullptr : alibi_.as<float>();
+    p.sinks = sinks_.empty() ? nullptr : sinks_.as<float>();
+    p.o = o_.data();
+    p.lse = lse_.as<float>();
+    p.lse_token_stride = s.num_q_heads;
+    p.lse_head_stride = 1;
+    p.o_partial = o_partial_.empty() ? nullptr : o_partial_.as<float>();
+    p.lse_partial = lse_partial_.empty() ? nullptr : lse_partial_.as<float>();
+    p.partial_offset = 0;
+    p.num_tokens = static_cast<int>(batch_.num_tokens());
+    p.num_q_heads = s.num_q_heads;
+    p.num_kv_heads = s.num_kv_heads;
+    p.head_size = s.head_size_qk;
+    p.block_size = s.block_size;
+    p.block_table_stride = meta_.max_blocks_per_req;
+    p.num_tiles = schedule_.main.num_tiles();
+    p.num_splits = schedule_.main.num_splits;
+    p.kv_block_stride = view_.k.block;
+    p.kv_token_stride = view_.k.slot;
+    p.kv_head_stride = view_.k.head;
+    p.softmax_scale = s.scale;
+    p.softcap = s.logits_soft_cap;
+    p.causal = meta_.causal ? 1 : 0;
+    p.window = s.sliding_window;
+    p.local_chunk = batch_.local_attention_chunk;
+    p.kv_begin = 0;
+    p.kv_fp8_e5m2 = s.kv_cache_dtype == DType::fp8_e5m2 ? 1 : 0;
+    return p;
+  }
+
+  Batch batch_;
+  CommonAttentionMetadata meta_;
+  RunOptions opts_;
+  FlashAttnConfig config_;
+  int num_sms_ = 0;
+  Stream stream_;
+  KvCacheLayout layout_;
+  CacheView view_;
+  FlashAttnSchedule schedule_;
+  std::vector<int32_t> prefix_host_;
+  DeviceBuffer cache_;            // (2, num_blocks, block_size, Hkv, D) cache dtype
+  DeviceBuffer q_;                // [num_tokens, Hq, D] model dtype
+  DeviceBuffer k_new_, v_new_;    // [num_tokens, Hkv, D] model dtype
+  DeviceBuffer nan_kv_;           // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots
+  DeviceBuffer block_table_;      // [num_reqs, max_blocks_per_req]
+  DeviceBuffer seq_lens_;         // [num_reqs]
+  DeviceBuffer query_start_loc_;  // [num_reqs + 1]
+  DeviceBuffer slot_mapping_;     // [num_tokens] int64
+  DeviceBuffer k_descale_, v_descale_;  // [num_reqs, Hkv] fp8 only
+  DeviceBuffer alibi_, sinks_;    // [Hq]
+  DeviceBuffer o_;                // [num_tokens, Hq, D] model dtype
+  DeviceBuffer lse_;              // [num_tokens, Hq] float
+  DeviceBuffer o_partial_;        // [num_partials, num_tokens, Hq, D] float
+  DeviceBuffer lse_partial_;      // [num_partials, num_tokens, Hq] float
+  DeviceBuffer tiles_;            // [num_tiles, 2] main / suffix pass
+  DeviceBuffer prefix_tiles_;     // [num_tiles, 2] cascade prefix pass
+  DeviceBuffer prefix_meta_;      // {0, num_tokens, prefix_len}
+};
+
+class FlashAttnBackend final : public Backend {
+ public:
+  std::string name() const override { return "FLASH_ATTN"; }
+  std::string description() const override {
+    return "paged varlen attention (mma.sync tensor cores), split-KV decode, cascade over shared prefixes";
+  }
+  std::vector<std::string> features() const override {
+    return {
+#if defined(ATTN_QUICK_BUILD)
+        "head sizes: 128 (quick build)",
+#else
+        "head sizes: 64, 96, 128, 256",
+#endif
+        "dtypes: fp16, bf16; kv cache: model dtype, fp8_e4m3, fp8_e5m2 (per-sequence descales)",
+        "cache: FA layout (2, num_blocks, block_size, Hkv, D), NHD, block size a multiple of 16",
+        "causal with context, non-causal, GQA/MQA packed into the query tile, sliding window, local attention",
+        "logits soft cap, ALiBi, sinks",
+        "split-KV (FlashDecoding) with LSE merge; cascade prefix + suffix + merge_attn_states",
+    };
+  }
+  Support available() const override {
+    std::string why;
+    if (!cuda_device_present(&why)) return Support::no("no CUDA device: " + why);
+    return Support::yes();
+  }
+  Support supports(const AttentionSpec& spec, const Batch& /*batch*/) const override {
+    const std::string why = flash_attn_unsupported_reason(config_of(spec));
+    if (!why.empty()) return Support::no(why);
+    return Support::yes();
+  }
+  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
+                                          const RunOptions& opts) const override {
+    const std::string why = flash_attn_unsupported_reason(config_of(batch.spec));
+    if (!why.empty()) throw RuntimeError("FLASH_ATTN cannot run this batch: " + why);
+    return std::make_unique<FlashAttnInstance>(batch, m, opts);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_flash_attn_backend() { return std::make_unique<FlashAttnBackend>(); }
+
+}  // namespace attn

@@ -1,0 +1,107 @@
+#include "backends/flash_attn/flash_attn_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace attn {
+
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms) {
+  if (ctas <= 0 || ctas >= num_sms) return 1;
+  const int64_t for_waves = (2 * static_cast<int64_t>(num_sms) + ctas - 1) / ctas;
+  const int64_t by_length = std::max(1, max_keys / kMinSplitKeys);
+  return static_cast<int>(std::clamp<int64_t>(std::min(for_waves, by_length), 1, kMaxSplits));
+}
+
+FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
+                                   bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
+                                   int kv_begin) {
+  FlashAttnPass pass;
+  pass.kv_begin = kv_begin;
+  int max_rows = 0, max_keys = 0;
+  for (size_t s = 0; s < query_lens.size(); ++s) {
+    max_rows = std::max(max_rows, query_lens[s] * gqa);
+    max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
+  }
+  pass.tiling = flash_attn_tiling(head_size, std::max(max_rows, 1));
+
+  struct Tile {
+    int32_t seq, m_block;
+    int64_t keys;
+  };
+  std::vector<Tile> tiles;
+  for (size_t s = 0; s < query_lens.size(); ++s) {
+    const int rows = query_lens[s] * gqa;
+    // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
+    const int bm = rows <= pass.tiling.small_block_m ? pass.tiling.small_block_m : pass.tiling.block_m;
+    for (int mb = 0; mb * bm < rows; ++mb) {
+      const int last_token = std::min(rows - 1, (mb + 1) * bm - 1) / gqa;
+      const int64_t hi = causal ? seq_lens[s] - query_lens[s] + last_token + 1 : seq_lens[s];
+      tiles.push_back({static_cast<int32_t>(s), mb, std::max<int64_t>(hi - kv_begin, 0)});
+    }
+  }
+  // Longest first: the last wave then holds the short tiles (causal prefill, mixed batches).
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.keys > b.keys; });
+  pass.tiles.reserve(tiles.size() * 2);
+  for (const Tile& t : tiles) {
+    pass.tiles.push_back(t.seq);
+    pass.tiles.push_back(t.m_block);
+  }
+  pass.num_splits = flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms);
+  return pass;
+}
+
+FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
+                                  int num_sms) {
+  const AttentionSpec& spec = b.spec;
+  const int gqa = spec.gqa_ratio();
+  std::vector<int32_t> query_lens(m.num_reqs);
+  for (int r = 0; r < m.num_reqs; ++r) query_lens[r] = m.query_len(r);
+
+  FlashAttnSchedule s;
+  const int prefix = common_prefix_len(b, m);
+  if (opts.cascade == CascadeMode::off) {
+    s.cascade_reason = "off by option";
+  } else if (prefix <= 0) {
+    s.cascade_reason = "no shared prefix";
+  } else if (!m.causal) {
+    s.cascade_reason = "non-causal attention";
+  } else if (spec.alibi || spec.sliding_window > 0 || b.local_attention_chunk > 0) {
+    s.cascade_reason = "ALiBi, sliding window or local attention in use";
+  } else if (opts.cascade == CascadeMode::on) {
+    s.cascade = true;
+    s.cascade_reason = "on by option";
+  } else {
+    const CascadeDecision d = use_cascade_attention(prefix, query_lens, spec.num_q_heads, spec.num_kv_heads,
+                                                    spec.alibi, spec.sliding_window > 0,
+                                                    b.local_attention_chunk > 0, num_sms);
+    s.cascade = d.use;
+    s.cascade_reason = d.reason;
+  }
+
+  if (s.cascade) {
+    s.prefix_len = prefix;
+    const int32_t num_tokens = static_cast<int32_t>(m.num_actual_tokens);
+    s.prefix = make_flash_attn_pass({num_tokens}, {prefix}, false, gqa, spec.head_size_qk, spec.num_kv_heads,
+                                    num_sms, 0);
+    s.main = make_flash_attn_pass(query_lens, m.seq_lens, true, gqa, spec.head_size_qk, spec.num_kv_heads,
+                                  num_sms, prefix);
+  } else {
+    s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
+                                  num_sms, 0);
+  }
+  return s;
+}
+
+std::string FlashAttnSchedule::summary() const {
+  std::string out = "tiles=" + std::to_string(main.num_tiles()) + (main.tiling.decode ? " tiling=decode" : " tiling=prefill") +
+                    " splits=" + std::to_string(main.num_splits);
+  if (cascade) {
+    out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
+           " prefix_splits=" + std::to_string(prefix.num_splits);
+  } else {
+    out += " cascade=off (" + cascade_reason + ")";
+  }
+  return out;
+}
+
+}  // namespace attn

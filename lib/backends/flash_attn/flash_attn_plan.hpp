@@ -1,0 +1,52 @@
+#pragma once
+// Host-side schedule of the FLASH_ATTN kernels: which tiles run, how many KV splits each pass
+// uses and whether the shared prefix goes through cascade attention. Pure host code.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "kernels/flash_attn/flash_attn_launch.hpp"
+
+namespace attn {
+
+// One forward launch.
+struct FlashAttnPass {
+  FlashAttnTiling tiling;
+  std::vector<int32_t> tiles;  // [num_tiles, 2] (seq, m_block), most key tiles first
+  int num_splits = 1;
+  int kv_begin = 0;            // suffix pass: the prefix length
+  int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
+};
+
+struct FlashAttnSchedule {
+  bool cascade = false;
+  std::string cascade_reason;
+  int prefix_len = 0;          // cascade: shared tokens, attended by the prefix pass
+  FlashAttnPass prefix;        // cascade only: all tokens as one sequence, non-causal
+  FlashAttnPass main;          // the whole attention, or the suffix pass under cascade
+  // Partial states merged by merge_attn_states (0 = the main pass writes O directly).
+  int num_partials() const {
+    if (cascade) return prefix.num_splits + main.num_splits;
+    return main.num_splits > 1 ? main.num_splits : 0;
+  }
+  std::string summary() const;
+};
+
+// Split rule (FlashDecoding): split only while the pass has fewer CTAs (tiles x kv heads) than
+// SMs; then aim at two waves, keeping each KV chunk at least kMinSplitKeys keys, at most
+// kMaxSplits chunks.
+constexpr int kMinSplitKeys = 256;
+constexpr int kMaxSplits = 32;
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms);
+
+// Tiles and splits of one pass over sequences with these query and key lengths; keys below
+// kv_begin are not attended.
+FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
+                                   bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
+                                   int kv_begin);
+
+FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
+                                  int num_sms);
+
+}  // namespace attn

@@ -1,0 +1,50 @@
+#pragma once
+// Device-side paged KV caches of a Batch: the layout as kernel strides, and the device fill
+// (the twin of fill_cache_host: bit-identical bytes, without a host copy of the cache).
+// CUDA builds only.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/device.hpp"
+#include "kernels/cache/cache_params.hpp"
+#include "model/kv_cache.hpp"
+
+namespace attn {
+
+// Where K and V live inside one cache tensor of `layout`, in elements of the cache dtype.
+struct CacheView {
+  int64_t k_offset = 0;  // element offset of K (block 0, slot 0, head 0, dim 0)
+  int64_t v_offset = 0;  // of V (MLA: equal to k_offset, V is a view of the latent entry)
+  CacheStrides k, v;
+};
+// Derived from KvCacheLayout::k_index/v_index, so it follows the layout's own definition.
+CacheView cache_view(const KvCacheLayout& layout);
+
+// The fill of one batch's cache, bound once (its tables uploaded), launchable many times
+// (e.g. one cache per layer, or inside a benchmark loop).
+class DeviceCacheFill {
+ public:
+  DeviceCacheFill(const Batch& b, const KvCacheLayout& layout);
+  // NaN over the whole cache, then every context token. `cache` holds layout.bytes() bytes.
+  void launch(void* cache, cudaStream_t stream) const;
+  const KvCacheLayout& layout() const { return layout_; }
+  int64_t context_tokens() const { return params_.total_context_tokens; }
+  // Bytes the fill writes: the NaN pass over the cache plus the context tokens' K/V.
+  double bytes_written() const;
+
+ private:
+  KvCacheLayout layout_;
+  DeviceBuffer block_table_;     // [num_reqs, max_blocks_per_req] int32
+  DeviceBuffer context_start_;   // [num_reqs + 1] int64
+  DeviceBuffer req_ids_;         // [num_reqs] uint32
+  FillCacheParams params_{};     // cache pointers left null until launch()
+  CacheView view_;
+};
+
+// Fills `cache` (layout.bytes() bytes) and waits for it on `stream`.
+void fill_cache_device(const Batch& b, const KvCacheLayout& layout, void* cache, cudaStream_t stream);
+// A new device cache of `layout`, filled for `b` (stream synchronized before returning).
+DeviceBuffer make_device_cache(const Batch& b, const KvCacheLayout& layout, cudaStream_t stream);
+
+}  // namespace attn

@@ -1,0 +1,97 @@
+#include "core/device_cache.hpp"
+
+#include <vector>
+
+#include "kernels/cache/cache_launch.hpp"
+
+namespace attn {
+
+CacheView cache_view(const KvCacheLayout& l) {
+  CacheView v;
+  v.k_offset = l.k_index(0, 0, 0, 0);
+  v.v_offset = l.v_index(0, 0, 0, 0);
+  v.k.block = l.k_index(1, 0, 0, 0) - v.k_offset;
+  v.k.slot = l.k_index(0, 1, 0, 0) - v.k_offset;
+  v.k.head = l.num_kv_heads > 1 ? l.k_index(0, 0, 1, 0) - v.k_offset : 0;
+  v.v.block = l.v_index(1, 0, 0, 0) - v.v_offset;
+  v.v.slot = l.v_index(0, 1, 0, 0) - v.v_offset;
+  v.v.head = l.num_kv_heads > 1 ? l.v_index(0, 0, 1, 0) - v.v_offset : 0;
+  // The kernels walk the head dim contiguously.
+  if (l.k_index(0, 0, 0, 1) - v.k_offset != 1 || l.v_index(0, 0, 0, 1) - v.v_offset != 1)
+    throw RuntimeError(std::string("cache_view: layout ") + to_string(l.format) + " has a non-unit dim stride");
+  return v;
+}
+
+DeviceCacheFill::DeviceCacheFill(const Batch& b, const KvCacheLayout& layout)
+    : layout_(layout), view_(cache_view(layout)) {
+  const int n = b.num_reqs();
+  std::vector<int64_t> start(static_cast<size_t>(n) + 1, 0);
+  std::vector<uint32_t> ids(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    start[r + 1] = start[r] + b.requests[r].context_len;
+    // The id of the request's own tokens (past the shared prefix).
+    ids[r] = b.value_req(r, b.shared_prefix_len);
+  }
+  block_table_ = DeviceBuffer(b.block_table.size() * sizeof(int32_t));
+  block_table_.upload(b.block_table.data(), block_table_.bytes());
+  context_start_ = DeviceBuffer(start.size() * sizeof(int64_t));
+  context_start_.upload(start.data(), context_start_.bytes());
+  req_ids_ = DeviceBuffer(ids.size() * sizeof(uint32_t));
+  req_ids_.upload(ids.data(), req_ids_.bytes());
+
+  const bool mla = b.spec.use_mla;
+  FillCacheParams& p = params_;
+  p.k_strides = view_.k;
+  p.v_strides = view_.v;
+  p.block_table = block_table_.as<const int32_t>();
+  p.context_start = context_start_.as<const int64_t>();
+  p.req_ids = req_ids_.as<const uint32_t>();
+  p.num_reqs = n;
+  p.max_blocks_per_req = b.max_blocks_per_req;
+  p.total_context_tokens = start.back();
+  p.block_size = layout.block_size;
+  p.shared_prefix_len = b.shared_prefix_len;
+  p.num_kv_heads = mla ? 1 : layout.num_kv_heads;
+  p.head_size_k = layout.head_size_k;
+  p.head_size_v = layout.head_size_v;
+  p.seed = b.seed;
+  p.k_scale = b.spec.k_scale;
+  p.v_scale = mla ? b.spec.k_scale : b.spec.v_scale;  // one latent entry, one scale
+  p.model_dtype = b.spec.dtype;
+  p.cache_dtype = layout.dtype;
+  p.mla = mla;
+}
+
+void DeviceCacheFill::launch(void* cache, cudaStream_t stream) const {
+  launch_fill_nan(cache, layout_.num_elements(), layout_.dtype, stream);
+  FillCacheParams p = params_;
+  const std::size_t esize = dtype_size(layout_.dtype);
+  p.k_cache = static_cast<char*>(cache) + view_.k_offset * static_cast<int64_t>(esize);
+  // FlashMLA's V is a view of the latent entry: nothing of its own to write.
+  p.v_cache = layout_.format == CacheFormat::flashmla
+                  ? nullptr
+                  : static_cast<char*>(cache) + view_.v_offset * static_cast<int64_t>(esize);
+  launch_fill_cache(p, stream);
+}
+
+double DeviceCacheFill::bytes_written() const {
+  const double per_token = layout_.format == CacheFormat::flashmla
+                               ? params_.head_size_k
+                               : static_cast<double>(params_.num_kv_heads) * (params_.head_size_k + params_.head_size_v);
+  return static_cast<double>(layout_.bytes()) +
+         static_cast<double>(params_.total_context_tokens) * per_token * static_cast<double>(dtype_size(layout_.dtype));
+}
+
+void fill_cache_device(const Batch& b, const KvCacheLayout& layout, void* cache, cudaStream_t stream) {
+  DeviceCacheFill fill(b, layout);
+  fill.launch(cache, stream);
+  ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the tables die with `fill`
+}
+
+DeviceBuffer make_device_cache(const Batch& b, const KvCacheLayout& layout, cudaStream_t stream) {
+  DeviceBuffer cache(layout.bytes());
+  fill_cache_device(b, layout, cache.data(), stream);
+  return cache;
+}
+
+}  // namespace attn

@@ -1,0 +1,381 @@
+// Batch generation: input values through the counter-based generator, the block allocator
+// (null block 0, shared prefix blocks, shuffled or contiguous physical order), the block table
+// and slot mapping, and the work count of one attention call.
+#include "model/batch.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/dtype_convert.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+
+namespace attn {
+namespace {
+
+// x after the fp8 cache round trip with `scale` (stored = x / scale), exactly as a device
+// reshape_and_cache + dequantizing load computes it.
+float fp8_round_trip(DType cache, float x, float scale) {
+  if (cache == DType::fp8_e4m3) return static_cast<float>(e4m3_to_float(float_to_e4m3(x / scale)) * scale);
+  return static_cast<float>(e5m2_to_float(float_to_e5m2(x / scale)) * scale);
+}
+
+float fp8_range(DType cache) { return cache == DType::fp8_e4m3 ? kE4m3Max : kE5m2Max; }
+
+std::string where(const BatchShape& shape) { return shape.label.empty() ? std::string("<batch>") : shape.label; }
+
+// Deterministic 64-bit stream for the block shuffle (splitmix64 over a seeded counter).
+class BlockRng {
+ public:
+  explicit BlockRng(uint64_t seed) : state_(mix64(seed ^ 0x626c6f636b73ull /* "blocks" */)) {}
+  // Uniform in [0, n) (multiply-shift: bias below 2^-32 for any block count).
+  uint64_t below(uint64_t n) {
+    state_ += 0x9e3779b97f4a7c15ull;
+    const uint64_t x = mix64(state_);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(x) * n) >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// max |f(token, head, d)| over every new token of the batch, in parallel over requests.
+template <class F>
+float max_abs_over_new_tokens(const std::vector<RequestShape>& reqs, int heads, int dims, F&& f) {
+  float best = 0.0f;
+  std::mutex m;
+  parallel_for(static_cast<int64_t>(reqs.size()), [&](int64_t begin, int64_t end) {
+    float local = 0.0f;
+    for (int64_t r = begin; r < end; ++r) {
+      for (int pos = reqs[r].context_len; pos < reqs[r].seq_len(); ++pos)
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < dims; ++d) local = std::max(local, std::fabs(f(static_cast<int>(r), pos, h, d)));
+    }
+    std::lock_guard<std::mutex> lock(m);
+    best = std::max(best, local);
+  });
+  return best;
+}
+
+}  // namespace
+
+// ---- values ------------------------------------------------------------------------------------
+
+// Queries are never in the shared prefix (it lies inside every context), so their generator
+// id is the request's own (request_ids[req] when the batch was cut from a larger one).
+float Batch::q(int req, int pos, int head, int d) const {
+  const uint32_t id = request_ids.empty() ? static_cast<uint32_t>(req) : request_ids[static_cast<size_t>(req)];
+  return round_to(spec.dtype, 4.0f * gen_value(seed, ValueTensor::q, id,
+                                               static_cast<uint32_t>(pos), static_cast<uint32_t>(head),
+                                               static_cast<uint32_t>(d)));
+}
+
+float Batch::k_input(int req, int pos, int kv_head, int d) const {
+  return round_to(spec.dtype, gen_value(seed, ValueTensor::k, value_req(req, pos), static_cast<uint32_t>(pos),
+                                        static_cast<uint32_t>(kv_head), static_cast<uint32_t>(d)));
+}
+
+float Batch::v_input(int req, int pos, int kv_head, int d) const {
+  return round_to(spec.dtype, gen_value(seed, ValueTensor::v, value_req(req, pos), static_cast<uint32_t>(pos),
+                                        static_cast<uint32_t>(kv_head), static_cast<uint32_t>(d)));
+}
+
+float Batch::k(int req, int pos, int kv_head, int d) const {
+  const float x = k_input(req, pos, kv_head, d);
+  return spec.kv_fp8() ? fp8_round_trip(spec.kv_cache_dtype, x, spec.k_scale) : x;
+}
+
+float Batch::v(int req, int pos, int kv_head, int d) const {
+  const float x = v_input(req, pos, kv_head, d);
+  return spec.kv_fp8() ? fp8_round_trip(spec.kv_cache_dtype, x, spec.v_scale) : x;
+}
+
+float Batch::latent_input(int req, int pos, int d) const {
+  return round_to(spec.dtype, gen_value(seed, ValueTensor::latent, value_req(req, pos), static_cast<uint32_t>(pos),
+                                        0u, static_cast<uint32_t>(d)));
+}
+
+float Batch::latent(int req, int pos, int d) const {
+  const float x = latent_input(req, pos, d);
+  return spec.kv_fp8() ? fp8_round_trip(spec.kv_cache_dtype, x, spec.k_scale) : x;
+}
+
+// Divided by sqrt(kv_lora_rank) so that kv_c · W stays O(1) like the other inputs.
+float Batch::w_uk(int head, int c, int d) const {
+  const float g = gen_value(seed, ValueTensor::w_uk, 0u, static_cast<uint32_t>(c), static_cast<uint32_t>(head),
+                            static_cast<uint32_t>(d));
+  return round_to(spec.dtype, g / std::sqrt(static_cast<float>(spec.mla.kv_lora_rank)));
+}
+
+float Batch::w_uv(int head, int c, int d) const {
+  const float g = gen_value(seed, ValueTensor::w_uv, 0u, static_cast<uint32_t>(c), static_cast<uint32_t>(head),
+                            static_cast<uint32_t>(d));
+  return round_to(spec.dtype, g / std::sqrt(static_cast<float>(spec.mla.kv_lora_rank)));
+}
+
+// ---- make_batch ----------------------------------------------------------------------------------
+
+Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed) {
+  const std::string src = where(shape);
+  if (spec.block_size <= 0)
+    throw InputError(input_error_message(src, 0, "block_size", std::to_string(spec.block_size), "must be > 0"));
+  if (shape.shared_prefix_len < 0 || shape.shared_prefix_len % spec.block_size != 0)
+    throw InputError(input_error_message(src, 0, "shared_prefix_len", std::to_string(shape.shared_prefix_len),
+                                         "must be a non-negative multiple of block_size (" +
+                                             std::to_string(spec.block_size) + ")",
+                                         "shared prefixes are shared as whole blocks"));
+  if (shape.local_attention_chunk < 0)
+    throw InputError(input_error_message(src, 0, "local_attention_chunk", std::to_string(shape.local_attention_chunk),
+                                         "must be >= 0"));
+
+  Batch b;
+  b.label = shape.label;
+  b.spec = spec;
+  b.seed = seed;
+  b.requests = shape.requests;
+  b.shared_prefix_len = shape.shared_prefix_len;
+  b.local_attention_chunk = shape.local_attention_chunk;
+  b.step = shape.step;
+  b.block_size = spec.block_size;
+  if (b.spec.scale == 0.0f) b.spec.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_size_qk));
+
+  const int n = b.num_reqs();
+  for (int r = 0; r < n; ++r) {
+    const RequestShape& rq = b.requests[r];
+    if (rq.context_len < 0 || rq.query_len < 1)
+      throw InputError(input_error_message(src, 0, "request " + std::to_string(r),
+                                           std::to_string(rq.query_len) + "@" + std::to_string(rq.context_len),
+                                           "needs context_len >= 0 and query_len >= 1"));
+    if (rq.context_len < b.shared_prefix_len)
+      throw InputError(input_error_message(src, 0, "shared_prefix_len", std::to_string(b.shared_prefix_len),
+                                           "exceeds the context_len " + std::to_string(rq.context_len) +
+                                               " of request " + std::to_string(r),
+                                           "the shared prefix must already be in every request's cache"));
+  }
+
+  // query_start_loc: tokens are flattened in batch order.
+  b.query_start_loc.assign(static_cast<size_t>(n) + 1, 0);
+  int64_t total_tokens = 0;
+  for (int r = 0; r < n; ++r) {
+    total_tokens += b.requests[r].query_len;
+    if (total_tokens > std::numeric_limits<int32_t>::max())
+      throw InputError(input_error_message(src, 0, "requests", std::to_string(total_tokens) + " tokens",
+                                           "too many new tokens for int32 query_start_loc"));
+    b.query_start_loc[r + 1] = static_cast<int32_t>(total_tokens);
+  }
+
+  // ---- scales: "calc" = max |x| over the new tokens / fp8 range (vLLM's calc_kv_scales) ----
+  b.spec.k_scale_calc = b.spec.v_scale_calc = false;
+  if (spec.kv_fp8() && (spec.k_scale_calc || spec.v_scale_calc)) {
+    const float range = fp8_range(spec.kv_cache_dtype);
+    auto resolve = [&](float amax) { return amax > 0.0f ? amax / range : 1.0f; };
+    if (spec.use_mla) {
+      // One latent cache entry holds both keys and values: both scales come from it.
+      const float amax = max_abs_over_new_tokens(b.requests, 1, spec.mla.latent_dim(),
+                                                 [&](int r, int pos, int, int d) { return b.latent_input(r, pos, d); });
+      if (spec.k_scale_calc) b.spec.k_scale = resolve(amax);
+      if (spec.v_scale_calc) b.spec.v_scale = resolve(amax);
+    } else {
+      if (spec.k_scale_calc)
+        b.spec.k_scale = resolve(max_abs_over_new_tokens(
+            b.requests, spec.num_kv_heads, spec.head_size_qk,
+            [&](int r, int pos, int h, int d) { return b.k_input(r, pos, h, d); }));
+      if (spec.v_scale_calc)
+        b.spec.v_scale = resolve(max_abs_over_new_tokens(
+            b.requests, spec.num_kv_heads, spec.head_size_v,
+            [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); }));
+    }
+  } else if (!spec.kv_fp8()) {
+    b.spec.k_scale = b.spec.v_scale = 1.0f;  // scales only mean something for fp8 caches
+  }
+
+  if (spec.sinks) {
+    b.sinks.resize(static_cast<size_t>(spec.num_q_heads));
+    for (int h = 0; h < spec.num_q_heads; ++h)
+      b.sinks[h] = gen_value(seed, ValueTensor::sink, 0u, 0u, static_cast<uint32_t>(h), 0u) * 2.0f;
+  }
+  if (spec.alibi) b.alibi = alibi_slopes(spec.num_q_heads);
+
+  // ---- block allocation ----
+  // Every request needs ceil(seq_len / bs) blocks (its new tokens' slots included). The first
+  // shared_blocks() of each row are the one shared copy of the prefix; the rest are private.
+  const int bs = b.block_size;
+  const int shared = b.shared_blocks();
+  std::vector<int> blocks_of(static_cast<size_t>(n));
+  int64_t used = shared;
+  int max_blocks = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t nb = (static_cast<int64_t>(b.requests[r].seq_len()) + bs - 1) / bs;
+    blocks_of[r] = static_cast<int>(nb);
+    used += nb - shared;
+    max_blocks = std::max(max_blocks, blocks_of[r]);
+  }
+  const int64_t needed = used + 1;  // + the null block 0
+  if (shape.num_blocks == 0) {
+    b.num_blocks = needed;
+  } else if (shape.num_blocks < needed) {
+    throw InputError(input_error_message(src, 0, "num_blocks", std::to_string(shape.num_blocks),
+                                         "too small: the batch needs " + std::to_string(needed) +
+                                             " blocks (null block 0 included)",
+                                         "use num_blocks = 0 for just enough"));
+  } else {
+    b.num_blocks = shape.num_blocks;
+  }
+  if (b.num_blocks > std::numeric_limits<int32_t>::max())
+    throw InputError(input_error_message(src, 0, "num_blocks", std::to_string(b.num_blocks),
+                                         "does not fit the int32 block table"));
+
+  // Physical ids handed out in allocation order (shared prefix first, then request by request).
+  // Shuffled: the first `used` draws of a seeded Fisher-Yates shuffle of 1..num_blocks-1, so
+  // neighbouring logical blocks are scattered over the whole cache as after a long-running
+  // server's frees and reallocations. When the cache is much larger than the batch, the partial
+  // shuffle remembers only the displaced entries, so memory follows the blocks in use.
+  std::vector<int32_t> physical(static_cast<size_t>(used));
+  if (shape.block_allocation == BlockAllocation::shuffled) {
+    BlockRng rng(seed);
+    const uint64_t pool = static_cast<uint64_t>(b.num_blocks - 1);
+    if (pool <= 4 * static_cast<uint64_t>(used)) {
+      std::vector<int32_t> ids(pool);
+      for (uint64_t i = 0; i < pool; ++i) ids[i] = static_cast<int32_t>(i + 1);
+      for (uint64_t i = 0; i < static_cast<uint64_t>(used); ++i) {
+        std::swap(ids[i], ids[i + rng.below(pool - i)]);
+        physical[i] = ids[i];
+      }
+    } else {
+      std::unordered_map<uint64_t, int32_t> displaced;  // position -> id now there (default: position + 1)
+      displaced.reserve(static_cast<size_t>(used));
+      auto at = [&](uint64_t i) {
+        auto it = displaced.find(i);
+        return it == displaced.end() ? static_cast<int32_t>(i + 1) : it->second;
+      };
+      for (uint64_t i = 0; i < static_cast<uint64_t>(used); ++i) {
+        const uint64_t j = i + rng.below(pool - i);
+        physical[i] = at(j);
+        displaced[j] = at(i);  // position i is never read again
+      }
+    }
+  } else {
+    for (size_t i = 0; i < physical.size(); ++i) physical[i] = static_cast<int32_t>(i + 1);
+  }
+
+  b.max_blocks_per_req = max_blocks;
+  b.block_table.assign(static_cast<size_t>(n) * max_blocks, 0);
+  size_t next = static_cast<size_t>(shared);
+  for (int r = 0; r < n; ++r) {
+    int32_t* row = b.block_table.data() + static_cast<size_t>(r) * max_blocks;  // [max_blocks_per_req]
+    for (int j = 0; j < shared; ++j) row[j] = physical[j];
+    for (int j = shared; j < blocks_of[r]; ++j) row[j] = physical[next++];
+  }
+
+  // slot_mapping: the cache slot of every new token.
+  b.slot_mapping.resize(static_cast<size_t>(total_tokens));
+  for (int r = 0; r < n; ++r) {
+    const int32_t* row = b.block_table.data() + static_cast<size_t>(r) * max_blocks;
+    int64_t t = b.query_start_loc[r];
+    for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos, ++t)
+      b.slot_mapping[t] = static_cast<int64_t>(row[pos / bs]) * bs + pos % bs;
+  }
+  return b;
+}
+
+// ---- count_work ------------------------------------------------------------------------------
+
+namespace {
+
+// Visible keys [lo, hi] of the query at absolute position p of a sequence of seq_len tokens
+// (the semantics of the reference). Causal rows always see at least their own key.
+struct KeyRange {
+  int64_t lo, hi;
+};
+KeyRange visible_keys(const Batch& b, int64_t p, int64_t seq_len) {
+  if (!b.spec.causal()) return {0, seq_len - 1};
+  int64_t lo = 0;
+  if (b.spec.sliding_window > 0) lo = std::max<int64_t>(lo, p - b.spec.sliding_window + 1);
+  if (b.local_attention_chunk > 0) lo = std::max<int64_t>(lo, p / b.local_attention_chunk * b.local_attention_chunk);
+  return {lo, p};
+}
+
+// Sum over p in [p0, p1] of (p - lo(p) + 1) for a causal request, in closed form: the lower
+// bound is piecewise linear in p (0, p - w + 1 or the chunk start), so split at the window
+// edge and at every chunk boundary (O(query_len / chunk) pieces, each summed arithmetically).
+int64_t causal_pairs(const Batch& b, int64_t p0, int64_t p1) {
+  const int64_t w = b.spec.sliding_window, C = b.local_attention_chunk;
+  // Sum of (p - lo + 1) over p in [a, e] with lo = max(fixed, p - w + 1 if w).
+  auto span_sum = [&](int64_t a, int64_t e, int64_t fixed) -> int64_t {
+    int64_t total = 0;
+    if (a > e) return 0;
+    // Where the window bound overtakes `fixed`: p - w + 1 > fixed  <=>  p > fixed + w - 1.
+    int64_t split = w > 0 ? std::clamp<int64_t>(fixed + w - 1, a - 1, e) : e;
+    // p in [a, split]: count = p - fixed + 1 (arithmetic series).
+    if (split >= a) total += (split - a + 1) * ((a - fixed + 1) + (split - fixed + 1)) / 2;
+    // p in (split, e]: count = w.
+    if (w > 0 && e > split) total += (e - split) * w;
+    return total;
+  };
+  if (C <= 0) return span_sum(p0, p1, 0);
+  int64_t total = 0;
+  for (int64_t a = p0; a <= p1;) {
+    const int64_t start = a / C * C, e = std::min(p1, start + C - 1);
+    total += span_sum(a, e, start);
+    a = e + 1;
+  }
+  return total;
+}
+
+}  // namespace
+
+// FLOPs: 2 multiply-adds per visible (q, k) pair and head for QK^T and for PV.
+//   MHA/GQA: 2 · (head_size_qk + head_size_v) per pair and q head.
+//   MLA: decode tokens (query_len == 1) are counted in the absorbed form the decode kernels run
+//   (576-wide MQA scores over the latent cache, 512-wide values): 2 · (576 + 512); prefill
+//   tokens in the up-projected MHA form (192-wide q·k, 128-wide values): 2 · (192 + 128). The
+//   W_UK/W_UV projections themselves are not attention and are not counted.
+// Bytes: Q read + O written (model dtype), new K/V written and each distinct visible cache token
+//   read once per kv head (cache dtype). MLA reads and writes one 576-wide latent entry per token
+//   (K and V share it).
+WorkCounts count_work(const Batch& b) {
+  const AttentionSpec& s = b.spec;
+  const double model_bytes = static_cast<double>(dtype_size(s.dtype));
+  const double cache_bytes = static_cast<double>(dtype_size(s.kv_cache_dtype));
+  WorkCounts w;
+  double flops_per_head_pairs = 0;  // sum over tokens of pairs x (width of that token's form)
+  for (int r = 0; r < b.num_reqs(); ++r) {
+    const RequestShape& rq = b.requests[r];
+    const int64_t seq = rq.seq_len(), p0 = rq.context_len, p1 = seq - 1;
+    int64_t pairs, lo_first, hi_last;
+    if (!s.causal()) {
+      pairs = static_cast<int64_t>(rq.query_len) * seq;
+      lo_first = 0;
+      hi_last = seq - 1;
+    } else {
+      pairs = causal_pairs(b, p0, p1);
+      lo_first = visible_keys(b, p0, seq).lo;
+      hi_last = p1;
+    }
+    // Both bounds are non-decreasing in p and lo(p + 1) <= p + 1, so the union of the rows'
+    // ranges is one interval.
+    w.kv_tokens_read += hi_last - lo_first + 1;
+    w.attended_pairs += pairs;
+    double width;
+    if (s.use_mla)
+      width = rq.query_len == 1 ? s.mla.latent_dim() + s.mla.kv_lora_rank : s.mla.qk_head_dim() + s.mla.v_head_dim;
+    else
+      width = s.head_size_qk + s.head_size_v;
+    flops_per_head_pairs += static_cast<double>(pairs) * width;
+  }
+  w.flops = 2.0 * flops_per_head_pairs * s.num_q_heads;
+
+  const double tokens = static_cast<double>(b.num_tokens());
+  const double q_bytes = tokens * s.num_q_heads * s.head_size_qk * model_bytes;
+  const double o_bytes = tokens * s.num_q_heads * s.head_size_v * model_bytes;
+  const double kv_entry = s.use_mla ? static_cast<double>(s.mla.latent_dim()) * cache_bytes
+                                    : static_cast<double>(s.num_kv_heads) * (s.head_size_qk + s.head_size_v) * cache_bytes;
+  w.bytes = q_bytes + o_bytes + tokens * kv_entry + static_cast<double>(w.kv_tokens_read) * kv_entry;
+  return w;
+}
+
+}  // namespace attn

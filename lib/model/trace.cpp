@@ -1,0 +1,291 @@
+// Request traces: CSV loading and a chunked-prefill scheduler model that turns arrivals into
+// the per-step batches a serving engine hands to its attention backend.
+#include "model/trace.hpp"
+
+// fccp's error types copy file names with strncpy, which GCC flags where they get inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-truncation"
+#include <libfccp/csv.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <deque>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "core/error.hpp"
+
+namespace attn {
+namespace {
+
+// Days since 1970-01-01 of a proleptic Gregorian date (era-based civil calendar arithmetic).
+int64_t days_from_civil(int64_t y, int m, int d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;                                      // [0, 399]
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;     // [0, 365]
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;              // [0, 146096]
+  return era * 146097 + doe - 719468;
+}
+
+bool parse_int(std::string_view s, int64_t& out) {
+  if (s.empty()) return false;
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+// A timestamp as whole seconds + fraction. Accepts "YYYY-MM-DD HH:MM:SS[.fraction]" (a 'T'
+// separator too), or a plain number of seconds.
+struct Timestamp {
+  int64_t whole = 0;
+  double frac = 0;
+};
+
+bool parse_timestamp(std::string_view s, Timestamp& t) {
+  auto digits = [&](size_t at, size_t n, int64_t& v) {
+    if (at + n > s.size()) return false;
+    v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+    }
+    return true;
+  };
+  int64_t Y, M, D, h, m, sec;
+  if (s.size() >= 19 && s[4] == '-' && s[7] == '-' && (s[10] == ' ' || s[10] == 'T') && s[13] == ':' &&
+      s[16] == ':') {
+    if (!digits(0, 4, Y) || !digits(5, 2, M) || !digits(8, 2, D) || !digits(11, 2, h) || !digits(14, 2, m) ||
+        !digits(17, 2, sec))
+      return false;
+    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60) return false;
+    t.whole = days_from_civil(Y, static_cast<int>(M), static_cast<int>(D)) * 86400 + h * 3600 + m * 60 + sec;
+    t.frac = 0;
+    if (s.size() > 19) {
+      if (s[19] != '.' || s.size() == 20) return false;
+      double scale = 0.1;
+      for (size_t i = 20; i < s.size(); ++i, scale *= 0.1) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        t.frac += (s[i] - '0') * scale;
+      }
+    }
+    return true;
+  }
+  // Plain seconds.
+  std::string copy(s);
+  char* end = nullptr;
+  const double v = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !(v == v) || v < 0 || v > 1e15) return false;
+  t.whole = static_cast<int64_t>(v);
+  t.frac = v - static_cast<double>(t.whole);
+  return true;
+}
+
+}  // namespace
+
+std::vector<TraceRequest> load_trace_csv(const std::string& path) {
+  std::vector<TraceRequest> out;
+  try {
+    io::CSVReader<3> in(path);
+    in.read_header(io::ignore_extra_column, "TIMESTAMP", "ContextTokens", "GeneratedTokens");
+    char *ts_field = nullptr, *ctx_field = nullptr, *gen_field = nullptr;
+    Timestamp first, prev;
+    double prev_s = 0;
+    while (in.read_row(ts_field, ctx_field, gen_field)) {
+      const long line = static_cast<long>(in.get_file_line());
+      auto bad = [&](const char* column, std::string_view value, const std::string& what, const std::string& hint) {
+        return InputError(input_error_message(path, line, column, std::string(value), what, hint));
+      };
+      Timestamp ts;
+      if (!parse_timestamp(ts_field, ts))
+        throw bad("TIMESTAMP", ts_field, "not a timestamp", "expected \"YYYY-MM-DD HH:MM:SS[.fraction]\" or seconds");
+      auto count = [&](const char* column, const char* field, int64_t min) {
+        int64_t v;
+        if (!parse_int(field, v)) throw bad(column, field, "not an integer token count", "");
+        if (v < min)
+          throw bad(column, field, "must be >= " + std::to_string(min), min > 0 ? "a request needs a prompt" : "");
+        if (v > std::numeric_limits<int32_t>::max()) throw bad(column, field, "too large", "at most 2^31 - 1 tokens");
+        return static_cast<int>(v);
+      };
+      TraceRequest r;
+      r.prompt_tokens = count("ContextTokens", ctx_field, 1);
+      r.output_tokens = count("GeneratedTokens", gen_field, 0);
+      if (out.empty()) first = ts;
+      r.arrival_s = static_cast<double>(ts.whole - first.whole) + (ts.frac - first.frac);
+      if (!out.empty() && (ts.whole < prev.whole || (ts.whole == prev.whole && ts.frac < prev.frac)))
+        throw bad("TIMESTAMP", ts_field, "earlier than the previous row",
+                  "rows must be sorted by arrival; the previous row is at +" + std::to_string(prev_s) + " s");
+      prev = ts;
+      prev_s = r.arrival_s;
+      out.push_back(r);
+    }
+  } catch (const io::error::can_not_open_file& e) {
+    throw InputError(input_error_message(path, 0, "", "", e.what(),
+                                         "a relative trace path is resolved from the scenario file's folder"));
+  } catch (const io::error::base& e) {
+    // Unreadable file, missing header column, too few/many columns: fccp's message names them.
+    throw InputError(input_error_message(path, 0, "", "", e.what(),
+                                         "expected a CSV with columns TIMESTAMP,ContextTokens,GeneratedTokens"));
+  }
+  if (out.empty())
+    throw InputError(input_error_message(path, 0, "", "", "the trace has no requests"));
+  return out;
+}
+
+// ---- scheduler model ---------------------------------------------------------------------------
+//
+// Per step, in the order vLLM v1's scheduler fills its token budget:
+//   1. every running request whose prompt is complete gets one decode token (context_len =
+//      tokens in its cache, query_len = 1), in running order;
+//   2. running requests with a partial prompt continue: chunk = min(remaining prompt, budget);
+//   3. waiting requests (FCFS by arrival) are admitted while fewer than max_num_seqs run and
+//      budget remains, each with chunk = min(prompt, budget).
+// The step that completes a prompt also samples the first output token (as in vLLM), so a
+// request makes output_tokens - 1 decode steps after its prefill and then leaves; one with
+// output_tokens <= 1 leaves right after its prefill. A decode step's context_len counts the
+// prompt and the previously decoded tokens (prompt + generated - 1).
+// The clock starts at the first arrival and advances step_ms per step; a request joins the
+// waiting queue once clock >= its arrival. When nothing runs or waits, the clock jumps to the
+// next arrival, and such idle time is not a step.
+void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig& cfg,
+                  const std::function<bool(const ScheduledStep&)>& on_step, long max_steps) {
+  struct Running {
+    int row;
+    int computed;   // tokens in the cache
+    int generated;  // output tokens sampled so far
+  };
+  if (cfg.max_num_batched_tokens < 1 || cfg.max_num_seqs < 1 || !(cfg.step_ms > 0))
+    throw InputError(input_error_message("<scheduler>", 0, "max_num_batched_tokens/max_num_seqs/step_ms",
+                                         std::to_string(cfg.max_num_batched_tokens) + "/" +
+                                             std::to_string(cfg.max_num_seqs) + "/" + std::to_string(cfg.step_ms),
+                                         "must all be positive"));
+  const double step_s = cfg.step_ms / 1000.0;
+  const size_t n = trace.size();
+  size_t next_arrival = 0;
+  std::deque<int> waiting;       // trace rows, FCFS
+  std::vector<Running> running;  // admission order
+  std::vector<Running> still;    // scratch for the next step's running list
+  running.reserve(static_cast<size_t>(cfg.max_num_seqs));
+  still.reserve(static_cast<size_t>(cfg.max_num_seqs));
+  std::vector<int> chunk_of;  // [running.size()] tokens scheduled this step per running entry
+  ScheduledStep st;
+  double clock = n ? trace[0].arrival_s : 0;
+  long step = 0;
+
+  while (true) {
+    if (max_steps > 0 && step >= max_steps) return;
+    if (running.empty() && waiting.empty()) {
+      if (next_arrival == n) return;  // drained
+      clock = std::max(clock, trace[next_arrival].arrival_s);
+    }
+    while (next_arrival < n && trace[next_arrival].arrival_s <= clock) waiting.push_back(static_cast<int>(next_arrival++));
+
+    st.step = step;
+    st.clock_s = clock;
+    st.requests.clear();
+    st.trace_rows.clear();
+    long budget = cfg.max_num_batched_tokens;
+    chunk_of.assign(running.size(), 0);
+
+    // 1. Decodes.
+    for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+      const Running& r = running[i];
+      if (r.computed < trace[r.row].prompt_tokens) continue;
+      chunk_of[i] = 1;
+      --budget;
+      st.requests.push_back({r.computed, 1});
+      st.trace_rows.push_back(r.row);
+    }
+    // 2. Partial prefills.
+    for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+      const Running& r = running[i];
+      const int left = trace[r.row].prompt_tokens - r.computed;
+      if (left <= 0) continue;
+      const int chunk = static_cast<int>(std::min<long>(left, budget));
+      chunk_of[i] = chunk;
+      budget -= chunk;
+      st.requests.push_back({r.computed, chunk});
+      st.trace_rows.push_back(r.row);
+    }
+    // 3. Admissions.
+    while (!waiting.empty() && budget > 0 && static_cast<int>(running.size()) < cfg.max_num_seqs) {
+      const int row = waiting.front();
+      waiting.pop_front();
+      const int chunk = static_cast<int>(std::min<long>(trace[row].prompt_tokens, budget));
+      budget -= chunk;
+      running.push_back({row, 0, 0});
+      chunk_of.push_back(chunk);
+      st.requests.push_back({0, chunk});
+      st.trace_rows.push_back(row);
+    }
+
+    if (!st.requests.empty()) {
+      if (!on_step(st)) return;
+      ++step;
+    }
+
+    // Advance every scheduled request; drop the finished ones (order kept).
+    still.clear();
+    for (size_t i = 0; i < running.size(); ++i) {
+      Running r = running[i];
+      const int prompt = trace[r.row].prompt_tokens;
+      if (chunk_of[i] > 0) {
+        const bool was_decode = r.computed >= prompt;
+        r.computed += chunk_of[i];
+        if (was_decode || r.computed == prompt) ++r.generated;  // the step that ends a prompt samples a token
+      }
+      if (r.computed >= prompt && r.generated >= std::max(1, trace[r.row].output_tokens)) continue;
+      still.push_back(r);
+    }
+    running.swap(still);
+    clock += step_s;
+  }
+}
+
+std::vector<BatchShape> trace_shapes(const Scenario& s) {
+  const TraceConfig& tc = s.batch.trace;
+  const std::vector<TraceRequest> trace = load_trace_csv(tc.file);
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = tc.max_num_batched_tokens;
+  cfg.max_num_seqs = tc.max_num_seqs;
+  cfg.step_ms = tc.step_ms;
+
+  std::vector<BatchShape> shapes;
+  auto shape_of = [&](const ScheduledStep& st) {
+    BatchShape b;
+    b.label = s.name + "@" + std::to_string(st.step);
+    b.requests = st.requests;
+    b.shared_prefix_len = s.batch.shared_prefix_len;
+    b.local_attention_chunk = s.batch.local_attention_chunk;
+    b.block_allocation = s.batch.block_allocation;
+    b.num_blocks = s.batch.num_blocks;
+    b.step = st.step;
+    return b;
+  };
+  if (tc.all_steps) {
+    replay_trace(trace, cfg, [&](const ScheduledStep& st) {
+      shapes.push_back(shape_of(st));
+      return true;
+    }, tc.max_steps);
+    return shapes;
+  }
+  if (tc.step < 0)
+    throw InputError(input_error_message(s.file, 0, "batch.trace.step", std::to_string(tc.step), "must be >= 0"));
+  long steps = 0;
+  replay_trace(trace, cfg, [&](const ScheduledStep& st) {
+    steps = st.step + 1;
+    if (st.step < tc.step) return true;
+    shapes.push_back(shape_of(st));
+    return false;
+  });
+  if (shapes.empty())
+    throw InputError(input_error_message(s.file, 0, "batch.trace.step", std::to_string(tc.step),
+                                         "the trace drains after " + std::to_string(steps) + " steps",
+                                         "choose a step below " + std::to_string(steps)));
+  return shapes;
+}
+
+}  // namespace attn

@@ -1,0 +1,332 @@
+#include "pipeline/pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fmt/format.h>
+#include <set>
+
+#include "core/error.hpp"
+#include "metadata/common.hpp"
+#include "model/batch.hpp"
+#include "reference/reference.hpp"
+#include "timing/timing.hpp"
+#include "validate/validate.hpp"
+
+namespace attn {
+
+std::string build_info() {
+#if defined(ATTN_WITH_CUDA)
+  const char* cuda = "CUDA on";
+#else
+  const char* cuda = "CUDA off";
+#endif
+  return fmt::format("attn-bench {} (git {}, {}, archs {})", ATTN_VERSION, ATTN_GIT_REV, cuda,
+                     ATTN_CUDA_ARCHS_STR);
+}
+
+std::string now_iso8601() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+BatchSummary summarize_batch(const Batch& b, int num_sms) {
+  BatchSummary s;
+  s.label = b.label;
+  s.num_reqs = b.num_reqs();
+  s.num_tokens = b.num_tokens();
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  s.max_query_len = m.max_query_len;
+  s.max_seq_len = m.max_seq_len;
+
+  std::vector<int32_t> qlens(static_cast<size_t>(m.num_reqs));
+  for (int r = 0; r < m.num_reqs; ++r) qlens[static_cast<size_t>(r)] = m.query_len(r);
+  const std::vector<int> order = reorder_batch_to_split_decodes_and_prefills(qlens, 1);
+  for (size_t i = 0; i < order.size(); ++i) s.reordered |= order[i] != static_cast<int>(i);
+  const DecodePrefillSplit split = split_decodes_and_prefills(s.reordered ? permute_requests(m, order) : m, 1);
+  s.num_decodes = split.num_decodes;
+  s.num_prefills = split.num_prefills;
+  s.num_decode_tokens = split.num_decode_tokens;
+  s.num_prefill_tokens = split.num_prefill_tokens;
+
+  std::set<int32_t> used;
+  for (int r = 0; r < b.num_reqs(); ++r) {
+    const int nblk = (b.requests[static_cast<size_t>(r)].seq_len() + b.block_size - 1) / b.block_size;
+    for (int j = 0; j < nblk; ++j)
+      used.insert(b.block_table[static_cast<size_t>(r) * b.max_blocks_per_req + static_cast<size_t>(j)]);
+  }
+  s.blocks_used = static_cast<int64_t>(used.size());
+  s.num_blocks = b.num_blocks;
+  const double entry = b.spec.use_mla ? b.spec.mla.latent_dim()
+                                      : static_cast<double>(b.spec.num_kv_heads) * (b.spec.head_size_qk + b.spec.head_size_v);
+  s.kv_cache_bytes = static_cast<double>(b.num_blocks) * b.block_size * entry *
+                     static_cast<double>(dtype_size(b.spec.kv_cache_dtype));
+  const WorkCounts w = count_work(b);
+  s.flops = w.flops;
+  s.bytes = w.bytes;
+  s.kv_tokens_read = w.kv_tokens_read;
+  s.common_prefix_len = common_prefix_len(b, m);
+  const CascadeDecision c = use_cascade_attention(
+      s.common_prefix_len, qlens, b.spec.num_q_heads, b.spec.num_kv_heads, b.spec.alibi,
+      b.spec.sliding_window > 0, b.local_attention_chunk > 0, num_sms);
+  s.cascade = c.use;
+  s.cascade_reason = c.reason;
+  return s;
+}
+
+std::vector<const Backend*> resolve_backends(const std::vector<std::string>& names,
+                                             const std::vector<std::unique_ptr<Backend>>& registry,
+                                             const AttentionSpec& spec, const Batch& batch,
+                                             std::string* auto_note) {
+  std::vector<const Backend*> out;
+  auto add = [&](const Backend* be) {
+    if (std::find(out.begin(), out.end(), be) == out.end()) out.push_back(be);
+  };
+  for (const std::string& n : names) {
+    if (n == "all") {
+      for (const auto& be : registry) add(be.get());
+    } else if (n == "auto") {
+      std::string why;
+      const Backend* be = select_backend(registry, spec, batch, &why);
+      if (be == nullptr) throw InputError("no backend supports this batch: " + why);
+      if (auto_note) *auto_note = "auto -> " + be->name();
+      add(be);
+    } else {
+      const Backend* found = nullptr;
+      for (const auto& be : registry)
+        if (be->name() == n) found = be.get();
+      if (found == nullptr) {
+        std::string known;
+        for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();
+        throw InputError(fmt::format("--backend {}: unknown backend (known: {}, auto, all)", n, known));
+      }
+      add(found);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// A request cut out of the batch: same generator ids and resolved scales, fresh paging.
+Batch single_request_batch(const Batch& b, int r) {
+  AttentionSpec spec = b.spec;
+  spec.k_scale_calc = spec.v_scale_calc = false;  // keep the parent's resolved scales
+  BatchShape shape;
+  shape.label = b.label;
+  shape.requests = {b.requests[static_cast<size_t>(r)]};
+  shape.shared_prefix_len = std::min(b.shared_prefix_len, shape.requests[0].context_len);
+  shape.local_attention_chunk = b.local_attention_chunk;
+  Batch sub = make_batch(spec, shape, b.seed);
+  sub.request_ids = {b.request_ids.empty() ? static_cast<uint32_t>(r) : b.request_ids[static_cast<size_t>(r)]};
+  return sub;
+}
+
+void fill_spec_columns(ResultRow& row, const Batch& b) {
+  const AttentionSpec& sp = b.spec;
+  row.num_q_heads = sp.num_q_heads;
+  row.num_kv_heads = sp.num_kv_heads;
+  row.head_size_qk = sp.head_size_qk;
+  row.head_size_v = sp.head_size_v;
+  row.dtype = std::string(to_string(sp.dtype));
+  row.kv_cache_dtype = std::string(to_string(sp.kv_cache_dtype));
+  row.kv_layout = sp.kv_layout == KvLayout::NHD ? "NHD" : "HND";
+  row.block_size = sp.block_size;
+  row.sliding_window = sp.sliding_window;
+  row.logits_soft_cap = sp.logits_soft_cap;
+  row.scale = sp.scale;
+  row.k_scale = sp.k_scale;
+  row.v_scale = sp.v_scale;
+  row.alibi = sp.alibi;
+  row.sinks = sp.sinks;
+  row.causal = sp.causal();
+  row.mla = sp.use_mla;
+}
+
+// Relative L2 distance between the fp8 reference and one computed from unquantized K/V, on the
+// checked rows: the quantization error, reported and never gated.
+double quantization_error(const Batch& b, const ReferenceResult& ref, const ReferenceOptions& ropts) {
+  Batch unq = b;
+  unq.spec.kv_cache_dtype = b.spec.dtype;
+  const ReferenceResult r2 = compute_reference(unq, ropts);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.o.size(); ++i) {
+    const size_t row = i / static_cast<size_t>(ref.head_size_v);
+    if (!ref.checked[row] || !std::isfinite(ref.o[i]) || !std::isfinite(r2.o[i])) continue;
+    num += (ref.o[i] - r2.o[i]) * (ref.o[i] - r2.o[i]);
+    den += r2.o[i] * r2.o[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+}  // namespace
+
+PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
+                            const PipelineOptions& opts) {
+  PipelineResult result;
+  const std::vector<std::string>& names = opts.backends.empty() ? s.run.backends : opts.backends;
+  TimingOptions topts;
+  topts.warmup = opts.warmup.value_or(s.run.warmup);
+  topts.iterations = opts.iterations.value_or(s.run.iterations);
+  topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
+  topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
+  RunOptions ropts;
+  ropts.cascade = opts.cascade.value_or(s.run.cascade);
+  ropts.num_layers = s.run.num_layers;
+  const Budget budget = apply_overrides(default_budget(s.spec.dtype), s.check);
+  const std::string timestamp = now_iso8601();
+  const std::string build = build_info();
+
+  for (const BatchShape& shape : expand_shapes(s)) {
+    const Batch batch = make_batch(s.spec, shape, s.seed);
+    const CommonAttentionMetadata meta = build_common_metadata(batch);
+    const BatchSummary summary = summarize_batch(batch, ropts.num_sms);
+    std::string auto_note;
+    const std::vector<const Backend*> backends = resolve_backends(names, registry, s.spec, batch, &auto_note);
+
+    ReferenceOptions refopts;
+    refopts.max_pairs = opts.check_sample.value_or(s.check.sample_pairs);
+    refopts.sample_seed = s.seed;
+    if (opts.progress) opts.progress(fmt::format("{}: reference ({} tokens)", batch.label, batch.num_tokens()));
+    const ReferenceResult ref = compute_reference(batch, refopts);
+    const double quant_err = batch.spec.kv_fp8() ? quantization_error(batch, ref, refopts) : -1.0;
+
+    std::vector<std::pair<std::string, AttentionOutput>> outputs;
+    for (const Backend* be : backends) {
+      ResultRow row;
+      row.scenario = batch.label;
+      row.backend = be->name();
+      fill_spec_columns(row, batch);
+      row.num_reqs = summary.num_reqs;
+      row.num_tokens = summary.num_tokens;
+      row.num_decodes = summary.num_decodes;
+      row.num_prefills = summary.num_prefills;
+      row.num_decode_tokens = summary.num_decode_tokens;
+      row.num_prefill_tokens = summary.num_prefill_tokens;
+      row.kv_tokens = summary.kv_tokens_read;
+      row.shared_prefix_len = batch.shared_prefix_len;
+      row.flops = summary.flops;
+      row.bytes = summary.bytes;
+      row.total_pairs = ref.pairs_total;
+      row.checked_pairs = ref.pairs_checked;
+      row.quant_rel_l2 = quant_err;
+      row.build = build;
+      row.git_rev = ATTN_GIT_REV;
+      row.timestamp = timestamp;
+      row.device = be->name() == "cpu" ? "host cpu" : opts.device_name;
+
+      Support sup = be->available();
+      if (sup.ok) sup = be->supports(batch.spec, batch);
+      if (!sup.ok) {
+        row.status = to_string(RowStatus::skipped);
+        row.reason = sup.reason;
+        result.rows.push_back(std::move(row));
+        continue;
+      }
+      if (opts.progress) opts.progress(fmt::format("{}: {} check", batch.label, be->name()));
+      try {
+        std::unique_ptr<BackendInstance> inst = be->create(batch, meta, ropts);
+        inst->plan();
+        row.plan_summary = inst->plan_summary();
+        row.cascade = row.plan_summary.find("cascade=on") != std::string::npos;
+        inst->poison();
+        inst->run();
+        inst->synchronize();
+        AttentionOutput out = inst->fetch();
+        const ValidationResult v = validate_output(batch, out, ref, budget);
+        row.max_abs_err = v.max_abs_err;
+        row.max_rel_err = v.max_rel_err;
+        row.rel_l2 = v.rel_l2;
+        row.cosine = v.cosine;
+        row.nmse = v.nmse;
+        row.nan_mismatches = v.nan_mismatches;
+        row.unwritten = v.unwritten;
+        if (v.worst.request >= 0)
+          row.worst = fmt::format("req={} tok={} pos={} head={} dim={} got={:.6g} want={:.6g}", v.worst.request,
+                                  v.worst.token, v.worst.position, v.worst.head, v.worst.dim, v.worst.got,
+                                  v.worst.want);
+        row.status = to_string(v.pass ? RowStatus::pass : RowStatus::fail);
+        row.reason = v.failure;
+
+        // Determinism: a second poisoned run must match bit for bit.
+        inst->poison();
+        inst->run();
+        inst->synchronize();
+        const AttentionOutput again = inst->fetch();
+        row.deterministic = bitwise_equal(out.o, again.o);
+
+        // Batch invariance: the first decode and the first prefill request, each run alone.
+        if (opts.batch_invariance && batch.num_reqs() > 1) {
+          std::vector<int> probe;
+          for (int r = 0; r < batch.num_reqs() && probe.size() < 2; ++r) {
+            const bool is_decode = batch.requests[static_cast<size_t>(r)].query_len == 1;
+            const bool have = std::any_of(probe.begin(), probe.end(), [&](int p) {
+              return (batch.requests[static_cast<size_t>(p)].query_len == 1) == is_decode;
+            });
+            if (!have) probe.push_back(r);
+          }
+          for (int r : probe) {
+            const Batch sub = single_request_batch(batch, r);
+            if (!be->supports(sub.spec, sub).ok) continue;
+            const CommonAttentionMetadata sm = build_common_metadata(sub);
+            std::unique_ptr<BackendInstance> si = be->create(sub, sm, ropts);
+            si->plan();
+            si->poison();
+            si->run();
+            si->synchronize();
+            const AttentionOutput so = si->fetch();
+            const size_t row_elems = static_cast<size_t>(out.num_heads) * static_cast<size_t>(out.head_size_v);
+            const size_t begin = static_cast<size_t>(batch.query_start_loc[static_cast<size_t>(r)]) * row_elems;
+            row.batch_invariant &= so.o.size() <= out.o.size() - begin &&
+                                   std::memcmp(so.o.data(), out.o.data() + begin, so.o.size() * sizeof(float)) == 0;
+          }
+        }
+
+        if (opts.time) {
+          if (opts.progress) opts.progress(fmt::format("{}: {} timing", batch.label, be->name()));
+          const Timing t = time_instance(*inst, topts);
+          row.plan_us = t.plan_us;
+          row.median_time_us = t.median_us;
+          row.min_time_us = t.min_us;
+          row.max_time_us = t.max_us;
+          row.stdev_time_us = t.stdev_us;
+          row.samples = t.samples;
+          row.timing_method = t.method;
+          row.cold_l2 = t.cold_l2;
+          if (t.median_us > 0) {
+            row.tflops = row.flops / (t.median_us * 1e-6) / 1e12;
+            row.tb_per_sec = row.bytes / (t.median_us * 1e-6) / 1e12;
+            if (inst->on_device() && opts.peak_bandwidth_gbs > 0)
+              row.pct_peak_bw = 100.0 * row.tb_per_sec * 1e3 / opts.peak_bandwidth_gbs;
+            if (inst->on_device() && opts.peak_tflops > 0) row.pct_peak_flops = 100.0 * row.tflops / opts.peak_tflops;
+          }
+        }
+        outputs.emplace_back(be->name(), std::move(out));
+      } catch (const InputError&) {
+        throw;
+      } catch (const std::exception& e) {
+        row.status = to_string(RowStatus::error);
+        row.reason = e.what();
+      }
+      result.rows.push_back(std::move(row));
+    }
+    for (size_t i = 0; i < outputs.size(); ++i)
+      for (size_t j = i + 1; j < outputs.size(); ++j) {
+        const OutputDiff d = diff_outputs(outputs[i].second, outputs[j].second);
+        result.diffs.push_back({batch.label, outputs[i].first, outputs[j].first, d.max_abs, d.rel_l2});
+      }
+  }
+  return result;
+}
+
+}  // namespace attn

@@ -1,0 +1,74 @@
+#pragma once
+// The one straight data flow of DESIGN.md, shared by the `run` and `validate` verbs:
+//   Scenario -> BatchShape(s) -> Batch -> CommonAttentionMetadata -> each backend: supports?
+//   -> create/plan/poison/run/fetch -> validate against the reference -> (time) -> ResultRow.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "model/scenario.hpp"
+#include "report/results.hpp"
+
+namespace attn {
+
+struct PipelineOptions {
+  std::vector<std::string> backends;  // overrides the scenario's [run] backends when non-empty
+  std::optional<int> warmup, iterations;
+  std::optional<bool> cold_l2, cuda_graph;
+  std::optional<CascadeMode> cascade;
+  std::optional<int64_t> check_sample;  // (request, head) pairs checked; 0 = all
+  bool time = true;                     // run: time every passing backend; validate: checks only
+  bool batch_invariance = true;         // run requests alone and compare bitwise (reported)
+  double peak_bandwidth_gbs = 0;        // device ceilings for % of peak (0 = unknown)
+  double peak_tflops = 0;
+  std::string device_name;              // written into every row
+  std::function<void(const std::string&)> progress;  // one line per step of a long run
+};
+
+// Cross-backend agreement on one batch (printed by `run` when several backends ran).
+struct DiffEntry {
+  std::string scenario, a, b;
+  double max_abs = 0, rel_l2 = 0;
+};
+
+struct PipelineResult {
+  std::vector<ResultRow> rows;
+  std::vector<DiffEntry> diffs;
+};
+
+// Runs one scenario (every batch shape it expands to) on the selected backends.
+PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
+                            const PipelineOptions& opts);
+
+// Names `auto`, `all` and backend names resolved against the registry for one batch;
+// an unknown name is an InputError.
+std::vector<const Backend*> resolve_backends(const std::vector<std::string>& names,
+                                             const std::vector<std::unique_ptr<Backend>>& registry,
+                                             const AttentionSpec& spec, const Batch& batch,
+                                             std::string* auto_note);
+
+// "describe" facts of one batch.
+struct BatchSummary {
+  std::string label;
+  int num_reqs = 0;
+  int64_t num_tokens = 0;
+  int num_decodes = 0, num_prefills = 0;
+  int64_t num_decode_tokens = 0, num_prefill_tokens = 0;
+  int max_query_len = 0, max_seq_len = 0;
+  int64_t blocks_used = 0, num_blocks = 0;
+  double kv_cache_bytes = 0;  // whole cache (all physical blocks, K and V)
+  double flops = 0, bytes = 0;
+  int64_t kv_tokens_read = 0;
+  int common_prefix_len = 0;
+  bool cascade = false;
+  std::string cascade_reason;
+  bool reordered = false;  // the decode/prefill reorder would move requests
+};
+BatchSummary summarize_batch(const Batch& b, int num_sms = 132);
+
+std::string build_info();  // "attn-bench 0.1.0 (git abc, CUDA on, archs 90a)"
+std::string now_iso8601();
+
+}  // namespace attn

@@ -1,0 +1,105 @@
+#pragma once
+// The results schema as data: every ResultRow field with its column name, in the fixed order
+// of the CSV header and the JSON keys (docs/RESULTS.md). The CSV, JSON and table writers and
+// the CSV reader all walk this one table, so a new field is added in one place.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "report/results.hpp"
+
+namespace attn {
+
+using ResultField = std::variant<std::string ResultRow::*, int ResultRow::*, int64_t ResultRow::*,
+                                 double ResultRow::*, bool ResultRow::*>;
+
+struct ResultColumn {
+  const char* name;
+  ResultField field;
+};
+
+inline constexpr std::array<ResultColumn, 62> kResultColumns{{
+    // what
+    {"scenario", &ResultRow::scenario},
+    {"backend", &ResultRow::backend},
+    {"status", &ResultRow::status},
+    {"reason", &ResultRow::reason},
+    // spec
+    {"num_q_heads", &ResultRow::num_q_heads},
+    {"num_kv_heads", &ResultRow::num_kv_heads},
+    {"head_size_qk", &ResultRow::head_size_qk},
+    {"head_size_v", &ResultRow::head_size_v},
+    {"dtype", &ResultRow::dtype},
+    {"kv_cache_dtype", &ResultRow::kv_cache_dtype},
+    {"kv_layout", &ResultRow::kv_layout},
+    {"block_size", &ResultRow::block_size},
+    {"sliding_window", &ResultRow::sliding_window},
+    {"logits_soft_cap", &ResultRow::logits_soft_cap},
+    {"scale", &ResultRow::scale},
+    {"k_scale", &ResultRow::k_scale},
+    {"v_scale", &ResultRow::v_scale},
+    {"alibi", &ResultRow::alibi},
+    {"sinks", &ResultRow::sinks},
+    {"causal", &ResultRow::causal},
+    {"mla", &ResultRow::mla},
+    // batch
+    {"num_reqs", &ResultRow::num_reqs},
+    {"num_tokens", &ResultRow::num_tokens},
+    {"num_decodes", &ResultRow::num_decodes},
+    {"num_prefills", &ResultRow::num_prefills},
+    {"num_decode_tokens", &ResultRow::num_decode_tokens},
+    {"num_prefill_tokens", &ResultRow::num_prefill_tokens},
+    {"kv_tokens", &ResultRow::kv_tokens},
+    {"shared_prefix_len", &ResultRow::shared_prefix_len},
+    {"cascade", &ResultRow::cascade},
+    {"plan_summary", &ResultRow::plan_summary},
+    // errors
+    {"max_abs_err", &ResultRow::max_abs_err},
+    {"max_rel_err", &ResultRow::max_rel_err},
+    {"rel_l2", &ResultRow::rel_l2},
+    {"cosine", &ResultRow::cosine},
+    {"nmse", &ResultRow::nmse},
+    {"quant_rel_l2", &ResultRow::quant_rel_l2},
+    {"nan_mismatches", &ResultRow::nan_mismatches},
+    {"unwritten", &ResultRow::unwritten},
+    {"checked_pairs", &ResultRow::checked_pairs},
+    {"total_pairs", &ResultRow::total_pairs},
+    {"worst", &ResultRow::worst},
+    {"deterministic", &ResultRow::deterministic},
+    {"batch_invariant", &ResultRow::batch_invariant},
+    // timing
+    {"plan_us", &ResultRow::plan_us},
+    {"median_time_us", &ResultRow::median_time_us},
+    {"min_time_us", &ResultRow::min_time_us},
+    {"max_time_us", &ResultRow::max_time_us},
+    {"stdev_time_us", &ResultRow::stdev_time_us},
+    {"samples", &ResultRow::samples},
+    {"timing_method", &ResultRow::timing_method},
+    {"cold_l2", &ResultRow::cold_l2},
+    {"flops", &ResultRow::flops},
+    {"bytes", &ResultRow::bytes},
+    {"tflops", &ResultRow::tflops},
+    {"tb_per_sec", &ResultRow::tb_per_sec},
+    {"pct_peak_bw", &ResultRow::pct_peak_bw},
+    {"pct_peak_flops", &ResultRow::pct_peak_flops},
+    // provenance
+    {"device", &ResultRow::device},
+    {"build", &ResultRow::build},
+    {"git_rev", &ResultRow::git_rev},
+    {"timestamp", &ResultRow::timestamp},
+}};
+
+// Shortest decimal that reads back to the same double ("inf", "-inf", "nan" when not finite).
+std::string format_double(double x);
+
+// A field's value as text, unescaped: numbers as above, booleans "true"/"false".
+std::string field_text(const ResultRow& row, const ResultColumn& c);
+
+// Sets a field from its text (the inverse of field_text; booleans also accept 1/0).
+// Returns false when the text is not a value of the field's type.
+bool set_field(ResultRow& row, const ResultColumn& c, std::string_view text);
+
+}  // namespace attn

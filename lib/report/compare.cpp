@@ -1,0 +1,180 @@
+// The regression gate. Status ranks: pass < skipped < fail = error; a row whose rank rises
+// is a status regression (pass -> skipped means a backend stopped supporting a case it ran).
+// A row timed on both sides (median > 0) is slower when new / base > 1 + max_slowdown.
+#include "report/compare.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attn {
+
+namespace {
+
+int status_rank(const std::string& s) {
+  if (s == "pass") return 0;
+  if (s == "skipped") return 1;
+  return 2;  // fail, error (and anything unknown: never better than a failure)
+}
+
+using Key = std::pair<std::string, std::string>;  // (scenario, backend)
+
+std::map<Key, const ResultRow*> index_rows(const std::vector<ResultRow>& rows, const char* side) {
+  std::map<Key, const ResultRow*> idx;
+  for (const ResultRow& r : rows) {
+    if (!idx.emplace(Key{r.scenario, r.backend}, &r).second) {
+      throw InputError(fmt::format("{} results: scenario '{}' backend '{}' appears twice (hint: compare files of "
+                                   "one run each)",
+                                   side, r.scenario, r.backend));
+    }
+  }
+  return idx;
+}
+
+std::string percent(double fraction) { return fmt::format("{:+.1f}%", fraction * 100.0); }
+
+}  // namespace
+
+double parse_slowdown(std::string_view text, const std::string& what) {
+  std::string_view s = text;
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  const bool pct = !s.empty() && s.back() == '%';
+  if (pct) s.remove_suffix(1);
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < 0) {
+    throw InputError(input_error_message("<cli>", 0, what, std::string(text), "not a slowdown threshold",
+                                         "a non-negative fraction (0.05) or percentage (5%)"));
+  }
+  return pct ? v / 100.0 : v;
+}
+
+const char* to_string(CompareChange c) {
+  switch (c) {
+    case CompareChange::same: return "same";
+    case CompareChange::faster: return "faster";
+    case CompareChange::slower: return "slower";
+    case CompareChange::status_worse: return "status worse";
+    case CompareChange::status_better: return "status better";
+    case CompareChange::added: return "added";
+    case CompareChange::removed: return "removed";
+  }
+  return "?";
+}
+
+CompareReport compare_results(const std::vector<ResultRow>& base, const std::vector<ResultRow>& next,
+                              const CompareOptions& opts) {
+  if (!std::isfinite(opts.max_slowdown) || opts.max_slowdown < 0) {
+    throw InputError(fmt::format("max_slowdown {} must be a non-negative fraction", opts.max_slowdown));
+  }
+  const auto base_idx = index_rows(base, "base");
+  const auto next_idx = index_rows(next, "new");
+  CompareReport rep;
+  rep.max_slowdown = opts.max_slowdown;
+
+  for (const ResultRow& b : base) {
+    CompareRow c;
+    c.scenario = b.scenario;
+    c.backend = b.backend;
+    c.base_status = b.status;
+    c.base_median_us = b.median_time_us;
+    const auto it = next_idx.find(Key{b.scenario, b.backend});
+    if (it == next_idx.end()) {
+      c.change = CompareChange::removed;
+      ++rep.removed;
+      rep.rows.push_back(std::move(c));
+      continue;
+    }
+    const ResultRow& n = *it->second;
+    ++rep.compared;
+    c.new_status = n.status;
+    c.new_median_us = n.median_time_us;
+    if (b.median_time_us > 0 && n.median_time_us > 0) {
+      c.ratio = n.median_time_us / b.median_time_us;
+      c.slowdown = c.ratio - 1.0;
+    }
+    // "Beyond" the threshold: a tiny relative tolerance keeps exactly +5% at 5% a pass.
+    const double tol = 1e-12 * (1.0 + opts.max_slowdown);
+    if (status_rank(n.status) > status_rank(b.status)) {
+      c.change = CompareChange::status_worse;
+      c.regression = true;
+      ++rep.status_regressions;
+    } else if (status_rank(n.status) < status_rank(b.status)) {
+      c.change = CompareChange::status_better;
+    } else if (c.ratio > 0 && c.slowdown > opts.max_slowdown + tol) {
+      c.change = CompareChange::slower;
+      c.regression = true;
+      ++rep.slowdowns;
+    } else if (c.ratio > 0 && -c.slowdown > opts.max_slowdown + tol) {
+      c.change = CompareChange::faster;
+    }
+    rep.rows.push_back(std::move(c));
+  }
+  for (const ResultRow& n : next) {
+    if (base_idx.count(Key{n.scenario, n.backend})) continue;
+    CompareRow c;
+    c.scenario = n.scenario;
+    c.backend = n.backend;
+    c.new_status = n.status;
+    c.new_median_us = n.median_time_us;
+    c.change = CompareChange::added;
+    ++rep.added;
+    rep.rows.push_back(std::move(c));
+  }
+
+  const std::string threshold = percent(opts.max_slowdown);
+  const std::string tail = fmt::format("{} compared, {} added, {} removed", rep.compared, rep.added, rep.removed);
+  rep.pass = rep.slowdowns == 0 && rep.status_regressions == 0;
+  if (rep.pass) {
+    rep.verdict = fmt::format("PASS: no row slower than {} or worse in status ({})", threshold, tail);
+  } else {
+    rep.verdict = fmt::format("FAIL: {} slower than {}, {} worse in status ({})", rep.slowdowns, threshold,
+                              rep.status_regressions, tail);
+  }
+  return rep;
+}
+
+std::string format_compare(const CompareReport& report) {
+  const std::vector<std::string> headers{"scenario", "backend", "base_us", "new_us", "change", "status", "verdict"};
+  std::vector<std::vector<std::string>> cells;
+  for (const CompareRow& c : report.rows) {
+    auto time = [](double us) { return us > 0 ? fmt::format("{:.2f}", us) : std::string("-"); };
+    std::string status = c.base_status.empty() ? "-> " + c.new_status
+                         : c.new_status.empty() ? c.base_status + " ->"
+                         : c.base_status == c.new_status ? c.base_status
+                                                         : c.base_status + " -> " + c.new_status;
+    std::string verdict = to_string(c.change);
+    if (c.regression) verdict += " (REGRESSION)";
+    cells.push_back({c.scenario, c.backend, time(c.base_median_us), time(c.new_median_us),
+                     c.ratio > 0 ? percent(c.slowdown) : "-", status, verdict});
+  }
+  std::vector<size_t> width(headers.size());
+  for (size_t i = 0; i < headers.size(); ++i) {
+    width[i] = headers[i].size();
+    for (const auto& row : cells) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string l;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i) l += "  ";
+      const bool number = i >= 2 && i <= 4;
+      const bool last = i + 1 == row.size();
+      l += number ? fmt::format("{:>{}}", row[i], width[i]) : last ? row[i] : fmt::format("{:<{}}", row[i], width[i]);
+    }
+    return l + '\n';
+  };
+  std::string out = line(headers);
+  for (const auto& row : cells) out += line(row);
+  out += report.verdict + '\n';
+  return out;
+}
+
+}  // namespace attn

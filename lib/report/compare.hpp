@@ -1,0 +1,56 @@
+#pragma once
+// The regression gate of `attn-bench report compare BASE.csv NEW.csv --max-slowdown 5%`:
+// rows are matched by (scenario, backend); the gate fails on a slowdown beyond the threshold
+// or on a row whose status got worse. Added and removed rows are reported, not gated.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "report/results.hpp"
+
+namespace attn {
+
+struct CompareOptions {
+  double max_slowdown = 0.05;  // fraction: new median may be at most (1 + x) times the base
+};
+
+// "5%" -> 0.05, "0.05" -> 0.05. InputError (naming `what`, e.g. "--max-slowdown") on anything
+// that is not a finite, non-negative number.
+double parse_slowdown(std::string_view text, const std::string& what = "--max-slowdown");
+
+enum class CompareChange {
+  same,           // within the threshold (or not timed on both sides)
+  faster,         // beyond the threshold the good way (reported)
+  slower,         // beyond the threshold: gate failure
+  status_worse,   // pass -> fail/error/skipped, skipped -> fail/error: gate failure
+  status_better,  // e.g. fail -> pass (reported)
+  added,          // only in NEW
+  removed,        // only in BASE
+};
+const char* to_string(CompareChange c);
+
+struct CompareRow {
+  std::string scenario, backend;
+  std::string base_status, new_status;  // "" where the row is absent
+  double base_median_us = 0, new_median_us = 0;
+  double ratio = 0;     // new / base median; 0 when either side was not timed
+  double slowdown = 0;  // ratio - 1 (fraction; negative = faster)
+  CompareChange change = CompareChange::same;
+  bool regression = false;  // counts against the gate
+};
+
+struct CompareReport {
+  std::vector<CompareRow> rows;  // BASE order, then rows added in NEW order
+  int slowdowns = 0, status_regressions = 0, added = 0, removed = 0, compared = 0;
+  double max_slowdown = 0;  // the threshold used
+  bool pass = true;
+  std::string verdict;      // one line: "PASS: ..." or "FAIL: ..."
+};
+
+// InputError when a side holds the same (scenario, backend) twice.
+CompareReport compare_results(const std::vector<ResultRow>& base, const std::vector<ResultRow>& next,
+                              const CompareOptions& opts = {});
+// The report as an aligned table followed by the verdict line.
+std::string format_compare(const CompareReport& report);
+
+}  // namespace attn

@@ -1,0 +1,248 @@
+// validate_output: a backend's O (and LSE) against the float64 reference, on the checked rows.
+//
+// Per element the budget is |o - ref| <= atol + rtol * |ref|. Aggregates over the finite
+// elements: max abs error, max relative error |o - ref| / max(|ref|, atol) (the floor keeps
+// near-zero references from producing meaningless ratios), relative L2 ||o - ref|| / ||ref||,
+// cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2. Non-finite values must sit exactly
+// where the reference has them; a NaN where the reference is finite is also counted as
+// unwritten, because outputs are poisoned with NaN before every checked run.
+//
+// LSE (when the backend returns it) uses |lse - ref| <= 10 * atol + rtol * |ref|: LSE is a
+// log-sum of fp32 exponentials of the same logits, so its absolute error is of the order of
+// the logits' rounding, which the output budget's atol bounds loosely; the factor 10 leaves
+// room for the log of long rows. -inf (no visible key) must stay -inf.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype_convert.hpp"
+#include "core/error.hpp"
+#include "validate/naive.hpp"
+#include "validate/validate.hpp"
+
+namespace attn {
+
+namespace {
+
+constexpr double kLseAtolFactor = 10.0;
+// Strict mode bound floor: a naive result that is exact must not demand bit-exactness.
+constexpr double kStrictFloor = 0x1p-24;
+
+bool same_nonfinite(double got, double want) {
+  if (std::isnan(want)) return std::isnan(got);
+  return got == want;  // +-inf must match in sign
+}
+
+WorstElement locate(const Batch& b, int64_t token, int head, int dim, double got, double want) {
+  WorstElement w;
+  w.token = token;
+  w.head = head;
+  w.dim = dim;
+  w.got = got;
+  w.want = want;
+  const auto& qsl = b.query_start_loc;
+  const auto it = std::upper_bound(qsl.begin(), qsl.end(), static_cast<int32_t>(token));
+  if (it != qsl.begin() && it != qsl.end()) {
+    w.request = static_cast<int>(it - qsl.begin()) - 1;
+    w.position = b.requests[w.request].context_len + static_cast<int>(token - qsl[w.request]);
+  }
+  return w;
+}
+
+std::string describe(const WorstElement& w) {
+  return fmt::format("req={} tok={} pos={} head={} dim={} got={:.6g} want={:.6g}", w.request, w.token, w.position,
+                     w.head, w.dim, w.got, w.want);
+}
+
+// Error aggregates of `got` against `want` over the rows where checked[t, h] != 0.
+struct Accumulated {
+  double err2 = 0, ref2 = 0, got2 = 0, dot = 0;
+  double max_abs = 0, max_rel = 0;
+  int64_t checked = 0, over = 0, nan_mismatches = 0, unwritten = 0;
+  // The element furthest beyond its budget (ratio error / allowed); a non-finite mismatch
+  // outranks every finite one and the first one found is kept.
+  double worst_ratio = -1;
+  int64_t worst_index = -1;
+  bool worst_nonfinite = false;
+
+  double rel_l2() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
+  double cosine() const {
+    if (ref2 == 0 && got2 == 0) return 1;
+    if (ref2 == 0 || got2 == 0) return 0;
+    return dot / (std::sqrt(ref2) * std::sqrt(got2));
+  }
+};
+
+template <class G>
+Accumulated accumulate(const G* got, const double* want, const std::vector<uint8_t>& checked, int64_t rows,
+                       int64_t row_len, const Budget& budget) {
+  Accumulated acc;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!checked[static_cast<size_t>(r)]) continue;
+    for (int64_t d = 0; d < row_len; ++d) {
+      const int64_t i = r * row_len + d;
+      const double g = static_cast<double>(got[i]), w = want[i];
+      ++acc.checked;
+      if (!std::isfinite(w) || !std::isfinite(g)) {
+        if (std::isfinite(w) || !same_nonfinite(g, w)) {
+          ++acc.nan_mismatches;
+          if (std::isfinite(w) && std::isnan(g)) ++acc.unwritten;
+          if (!acc.worst_nonfinite) {
+            acc.worst_nonfinite = true;
+            acc.worst_index = i;
+          }
+        }
+        continue;
+      }
+      const double err = std::abs(g - w);
+      const double allowed = budget.atol + budget.rtol * std::abs(w);
+      acc.err2 += err * err;
+      acc.ref2 += w * w;
+      acc.got2 += g * g;
+      acc.dot += g * w;
+      acc.max_abs = std::max(acc.max_abs, err);
+      acc.max_rel = std::max(acc.max_rel, err / std::max(std::abs(w), budget.atol));
+      if (err > allowed) ++acc.over;
+      const double ratio = allowed > 0 ? err / allowed : (err > 0 ? HUGE_VAL : 0);
+      if (!acc.worst_nonfinite && ratio > acc.worst_ratio) {
+        acc.worst_ratio = ratio;
+        acc.worst_index = i;
+      }
+    }
+  }
+  return acc;
+}
+
+std::string budget_failure(const Accumulated& acc, const Budget& budget, const std::string& worst) {
+  if (acc.nan_mismatches > 0) {
+    return fmt::format("{} non-finite mismatches ({} unwritten NaN) of {} elements; first at {}", acc.nan_mismatches,
+                       acc.unwritten, acc.checked, worst);
+  }
+  if (acc.over > 0) {
+    return fmt::format("{} of {} elements exceed atol + rtol*|ref| (atol={:g} rtol={:g}); max_abs_err={:.3g}; worst {}",
+                       acc.over, acc.checked, budget.atol, budget.rtol, acc.max_abs, worst);
+  }
+  if (acc.rel_l2() > budget.max_rel_l2) {
+    return fmt::format("rel_l2 {:.3g} > {:g}", acc.rel_l2(), budget.max_rel_l2);
+  }
+  if (acc.cosine() < budget.min_cosine) {
+    return fmt::format("cosine {:.8f} < {:g}", acc.cosine(), budget.min_cosine);
+  }
+  return {};
+}
+
+}  // namespace
+
+ValidationResult validate_output(const Batch& b, const AttentionOutput& out, const ReferenceResult& ref,
+                                 const Budget& budget) {
+  const int64_t rows = ref.num_tokens * ref.num_heads;
+  const size_t o_size = static_cast<size_t>(rows) * ref.head_size_v;
+  if (ref.num_tokens != b.num_tokens() || ref.o.size() != o_size || ref.lse.size() != static_cast<size_t>(rows) ||
+      ref.checked.size() != static_cast<size_t>(rows)) {
+    throw RuntimeError(fmt::format("validate_output: reference does not match the batch ({} tokens x {} heads x {}, "
+                                   "batch has {} tokens)",
+                                   ref.num_tokens, ref.num_heads, ref.head_size_v, b.num_tokens()));
+  }
+  ValidationResult v;
+  if (out.num_tokens != ref.num_tokens || out.num_heads != ref.num_heads || out.head_size_v != ref.head_size_v ||
+      out.o.size() != o_size) {
+    v.failure = fmt::format("output shape [{}, {}, {}] ({} values) != reference [{}, {}, {}]", out.num_tokens,
+                            out.num_heads, out.head_size_v, out.o.size(), ref.num_tokens, ref.num_heads,
+                            ref.head_size_v);
+    return v;
+  }
+
+  const Accumulated acc = accumulate(out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v, budget);
+  v.elements_checked = acc.checked;
+  v.elements_over_budget = acc.over;
+  v.nan_mismatches = acc.nan_mismatches;
+  v.unwritten = acc.unwritten;
+  v.max_abs_err = acc.max_abs;
+  v.max_rel_err = acc.max_rel;
+  v.rel_l2 = acc.rel_l2();
+  v.nmse = acc.ref2 > 0 ? acc.err2 / acc.ref2 : acc.err2;
+  v.cosine = acc.cosine();
+  if (acc.worst_index >= 0) {
+    const int64_t i = acc.worst_index, dv = ref.head_size_v, row = i / dv;
+    v.worst = locate(b, row / ref.num_heads, static_cast<int>(row % ref.num_heads), static_cast<int>(i % dv),
+                     out.o[static_cast<size_t>(i)], ref.o[static_cast<size_t>(i)]);
+  }
+  if (acc.checked == 0) {
+    v.failure = fmt::format("no output element checked ({} of {} (request, head) pairs)", ref.pairs_checked,
+                            ref.pairs_total);
+    return v;
+  }
+  v.failure = budget_failure(acc, budget, describe(v.worst));
+
+  // LSE: one value per row, budget 10 * atol + rtol * |ref|.
+  if (v.failure.empty() && !out.lse.empty()) {
+    if (out.lse.size() != static_cast<size_t>(rows)) {
+      v.failure = fmt::format("lse has {} values, expected {} (num_tokens x num_heads)", out.lse.size(), rows);
+    } else {
+      Budget lse_budget = budget;
+      lse_budget.atol = budget.atol * kLseAtolFactor;
+      const Accumulated lse = accumulate(out.lse.data(), ref.lse.data(), ref.checked, rows, 1, lse_budget);
+      v.lse_max_abs_err = lse.max_abs;
+      v.nan_mismatches += lse.nan_mismatches;
+      v.unwritten += lse.unwritten;
+      if (lse.worst_index >= 0 && (lse.nan_mismatches > 0 || lse.over > 0)) {
+        const int64_t row = lse.worst_index;
+        const WorstElement w = locate(b, row / ref.num_heads, static_cast<int>(row % ref.num_heads), -1,
+                                      out.lse[static_cast<size_t>(row)], ref.lse[static_cast<size_t>(row)]);
+        if (lse.nan_mismatches > 0) {
+          v.failure = fmt::format("lse: {} non-finite mismatches ({} unwritten NaN); first at {}", lse.nan_mismatches,
+                                  lse.unwritten, describe(w));
+        } else {
+          v.failure = fmt::format("lse: {} of {} rows exceed {:g} + {:g}*|ref|; max_abs_err={:.3g}; worst {}", lse.over,
+                                  lse.checked, lse_budget.atol, lse_budget.rtol, lse.max_abs, describe(w));
+        }
+      }
+    }
+  }
+
+  if (budget.strict) {
+    const NaiveOptions opts{NaiveOptions::Precision::model, false, 0};
+    const std::vector<double> naive = naive_attention(b, ref.checked, opts);
+    v.naive_rel_l2 = masked_rel_l2(naive, ref.o, ref.checked, ref.head_size_v);
+    const double bound = std::max(2 * v.naive_rel_l2, kStrictFloor);
+    if (v.failure.empty() && v.rel_l2 > bound) {
+      v.failure = fmt::format("strict: rel_l2 {:.3g} > 2 x naive same-precision rel_l2 {:.3g}", v.rel_l2,
+                              v.naive_rel_l2);
+    }
+  }
+  v.pass = v.failure.empty();
+  return v;
+}
+
+OutputDiff diff_outputs(const AttentionOutput& a, const AttentionOutput& b) {
+  if (a.num_tokens != b.num_tokens || a.num_heads != b.num_heads || a.head_size_v != b.head_size_v ||
+      a.o.size() != b.o.size()) {
+    throw RuntimeError(fmt::format("diff_outputs: shapes differ ([{}, {}, {}] vs [{}, {}, {}])", a.num_tokens,
+                                   a.num_heads, a.head_size_v, b.num_tokens, b.num_heads, b.head_size_v));
+  }
+  OutputDiff d;
+  // Bitwise: NaNs with the same payload compare equal, +0 and -0 do not.
+  d.bitwise_equal = std::equal(a.o.begin(), a.o.end(), b.o.begin(), [](float x, float y) {
+    return f32_to_bits(x) == f32_to_bits(y);
+  });
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < a.o.size(); ++i) {
+    const double x = a.o[i], y = b.o[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      // Agreeing non-finite values are no difference; any other pairing is unbounded.
+      if (!(std::isnan(x) && std::isnan(y)) && x != y) d.max_abs = HUGE_VAL;
+      continue;
+    }
+    d.max_abs = std::max(d.max_abs, std::abs(x - y));
+    err2 += (x - y) * (x - y);
+    ref2 += y * y;
+  }
+  d.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  if (d.max_abs == HUGE_VAL) d.rel_l2 = HUGE_VAL;
+  return d;
+}
+
+}  // namespace attn

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Closing table of scripts/gpu-check: attn-bench's timings next to the torch peers.
+
+Usage: gpu-summary.py BENCH.csv [PEERS.csv] [MICRO.json]
+BENCH.csv is attn-bench's results CSV with a leading `case` column (decode, prefill, mixed,
+cascade_on, cascade_off) added by gpu-check. The peer figure of a case is the best torch
+result for the same shape: GB/s for decode-like cases, TFLOP/s for prefill.
+"""
+import csv
+import json
+import sys
+
+# case -> (peer case, batch, q_len, kv_len, metric) for llama3-8b (32 q / 8 kv heads, hd 128)
+PEER_OF = {
+    "decode": ("decode", 64, 1, 4096, "gbps"),
+    "prefill": ("prefill_causal", 2, 4096, 4096, "tflops"),
+}
+
+
+def num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def best_peer(peers, case):
+    if case not in PEER_OF:
+        return None, None
+    pcase, b, q, kv, metric = PEER_OF[case]
+    best = None
+    for p in peers:
+        if (p.get("case") == pcase and num(p.get("batch")) == b and num(p.get("q_len")) == q
+                and num(p.get("kv_len")) == kv and num(p.get("q_heads")) == 32 and num(p.get("kv_heads")) == 8
+                and num(p.get("head_dim")) == 128 and num(p.get(metric))):
+            if best is None or num(p[metric]) > num(best[metric]):
+                best = p
+    return best, metric
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    with open(sys.argv[1], newline="") as f:
+        rows = list(csv.DictReader(f))
+    peers = []
+    if len(sys.argv) > 2:
+        try:
+            with open(sys.argv[2], newline="") as f:
+                peers = list(csv.DictReader(f))
+        except OSError:
+            pass
+    out = [("backend", "case", "status", "median us", "TFLOP/s", "GB/s", "peer", "ratio")]
+    for r in rows:
+        med, tfl = num(r.get("median_time_us")), num(r.get("tflops"))
+        tbs = num(r.get("tb_per_sec"))
+        gbs = tbs * 1000 if tbs is not None else None
+        peer, metric = best_peer(peers, r.get("case", ""))
+        peer_txt, ratio = "-", "-"
+        if peer:
+            pv = num(peer[metric])
+            peer_txt = f"{pv:.0f} {'GB/s' if metric == 'gbps' else 'TFLOP/s'} ({peer['peer'].replace('torch_sdpa_', '')})"
+            mine = gbs if metric == "gbps" else tfl
+            if mine:
+                ratio = f"{mine / pv:.2f}"
+        out.append((r.get("backend", "?"), r.get("case", "?"), r.get("status", "?"),
+                    f"{med:.1f}" if med else "-", f"{tfl:.1f}" if tfl else "-", f"{gbs:.0f}" if gbs else "-",
+                    peer_txt, ratio))
+    if len(sys.argv) > 3:
+        try:
+            with open(sys.argv[3]) as f:
+                micro = json.load(f)
+            for bm in micro.get("benchmarks", []):
+                if bm.get("error_occurred"):
+                    out.append(("micro", bm["name"], "skipped", "-", "-", "-", bm.get("error_message", "")[:40], "-"))
+                    continue
+                t = bm.get("real_time", 0) * {"ns": 1e-3, "us": 1, "ms": 1e3}.get(bm.get("time_unit", "us"), 1)
+                tf = bm.get("TFLOP/s")
+                out.append(("micro", bm["name"], "ok", f"{t:.1f}", f"{tf:.1f}" if tf else "-",
+                            f"{bm.get('GB/s', 0):.0f}", "-", "-"))
+        except (OSError, ValueError):
+            pass
+    widths = [max(len(str(row[i])) for row in out) for i in range(len(out[0]))]
+    for i, row in enumerate(out):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    main()

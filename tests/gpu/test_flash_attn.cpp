@@ -1,0 +1,341 @@
+// FLASH_ATTN on the GPU against the float64 reference: random values, ragged batches, shuffled
+// blocks, NaN page tails (the device fill), poisoned outputs before every run.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/flash_attn/flash_attn_backend.hpp"
+#include "backends/flash_attn/flash_attn_plan.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "metadata/common.hpp"
+#include "reference/reference.hpp"
+#include "validate/validate.hpp"
+
+namespace attn {
+namespace {
+
+AttentionSpec make_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
+  AttentionSpec s;
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_size_qk = s.head_size_v = d;
+  s.dtype = s.kv_cache_dtype = dtype;
+  s.block_size = block_size;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s;
+}
+
+struct Case {
+  AttentionSpec spec;
+  std::vector<RequestShape> requests;  // (context_len, query_len)
+  int shared_prefix_len = 0;
+  int local_attention_chunk = 0;
+  CascadeMode cascade = CascadeMode::off;
+  uint64_t seed = 7;
+};
+
+struct Outcome {
+  AttentionOutput out;
+  ValidationResult v;
+  std::string plan;
+};
+
+Outcome run_case(const Case& c) {
+  BatchShape shape;
+  shape.label = "test";
+  shape.requests = c.requests;
+  shape.shared_prefix_len = c.shared_prefix_len;
+  shape.local_attention_chunk = c.local_attention_chunk;
+  shape.block_allocation = BlockAllocation::shuffled;
+  const Batch b = make_batch(c.spec, shape, c.seed);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const auto backend = make_flash_attn_backend();
+  const Support sup = backend->supports(b.spec, b);
+  EXPECT_TRUE(sup.ok) << sup.reason;
+  RunOptions opts;
+  opts.cascade = c.cascade;
+  auto inst = backend->create(b, m, opts);
+  inst->plan();
+  inst->poison();
+  inst->run();
+  Outcome r;
+  r.out = inst->fetch();
+  r.plan = inst->plan_summary();
+  const ReferenceResult ref = compute_reference(b);
+  r.v = validate_output(b, r.out, ref, default_budget(b.spec.dtype));
+  return r;
+}
+
+#define EXPECT_VALID(r)                                                                          \
+  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
+                          << " rel_l2 " << (r).v.rel_l2 << " lse_err " << (r).v.lse_max_abs_err         \
+                          << " unwritten " << (r).v.unwritten << " nan " << (r).v.nan_mismatches
+
+TEST(FlashAttnGpu, DecodeGqa4Bf16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{37, 1}, {700, 1}, {15, 1}, {256, 1}, {1023, 1}, {1, 1}, {480, 1}, {64, 1}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
+}
+
+TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  c.requests = {{0, 97}, {300, 1}, {150, 130}, {77, 1}, {0, 5}, {513, 1}, {40, 64}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("tiling=prefill"), std::string::npos) << r.plan;
+}
+
+TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(10, 2, 128)};
+  c.spec.sliding_window = 40;
+  c.requests = {{150, 100}, {90, 1}, {0, 77}, {333, 3}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, SoftCapAndSinks) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(16, 2, 128)};
+  c.spec.logits_soft_cap = 5.0f;
+  c.spec.sinks = true;
+  c.requests = {{200, 33}, {64, 1}, {0, 48}, {1000, 1}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, Alibi) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(12, 12, 128, DType::f16)};
+  c.spec.alibi = true;
+  c.requests = {{100, 20}, {31, 1}, {0, 70}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, Fp8E4m3NonUnitScales) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.spec.kv_cache_dtype = DType::fp8_e4m3;
+  c.spec.k_scale = 0.0125f;
+  c.spec.v_scale = 0.02f;
+  c.requests = {{250, 1}, {0, 40}, {700, 1}, {128, 17}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, Fp8E5m2NonUnitScalesFp16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 8, 128, DType::f16)};
+  c.spec.kv_cache_dtype = DType::fp8_e5m2;
+  c.spec.k_scale = 2.5f;
+  c.spec.v_scale = 0.375f;
+  c.requests = {{90, 1}, {17, 30}, {400, 1}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, NonCausalEncoder) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 2, 128)};
+  c.spec.attn_type = AttentionType::encoder_only;
+  c.requests = {{0, 70}, {0, 3}, {0, 129}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, LocalAttentionChunks) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 2, 128)};
+  c.local_attention_chunk = 64;
+  c.requests = {{50, 100}, {130, 1}, {0, 200}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnGpu, SplitKvForFewLongDecodes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 1, 128)};
+  c.spec.sinks = true;  // counted once across splits
+  c.requests = {{3000, 1}, {1777, 1}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
+  // The same sequences among many others run unsplit; both agree with the reference.
+  Case many = c;
+  for (int i = 0; i < 200; ++i) many.requests.push_back({40 + i, 1});
+  const Outcome u = run_case(many);
+  EXPECT_VALID(u);
+  EXPECT_NE(u.plan.find("splits=1 "), std::string::npos) << u.plan;
+}
+
+TEST(FlashAttnGpu, CascadeMatchesNonCascade) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(16, 4, 128)};
+  c.spec.sinks = true;
+  c.spec.logits_soft_cap = 30.0f;
+  c.shared_prefix_len = 512;
+  for (int i = 0; i < 12; ++i) c.requests.push_back({512 + 37 * i, 1});
+  c.requests.push_back({600, 45});
+  c.cascade = CascadeMode::on;
+  const Outcome on = run_case(c);
+  EXPECT_VALID(on);
+  EXPECT_NE(on.plan.find("cascade=on"), std::string::npos) << on.plan;
+  c.cascade = CascadeMode::off;
+  const Outcome off = run_case(c);
+  EXPECT_VALID(off);
+  const OutputDiff d = diff_outputs(on.out, off.out);
+  EXPECT_LT(d.rel_l2, 1e-2);
+}
+
+TEST(FlashAttnGpu, CudaGraphReplay) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const AttentionSpec spec = make_spec(32, 8, 128);
+  BatchShape shape;
+  shape.requests = {{300, 1}, {0, 60}, {1000, 1}};
+  const Batch b = make_batch(spec, shape, 11);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  auto inst = make_flash_attn_backend()->create(b, m, RunOptions{});
+  inst->plan();
+  inst->synchronize();
+  auto stream = static_cast<cudaStream_t>(inst->stream());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  inst->run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  inst->poison();
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  const AttentionOutput out = inst->fetch();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(spec.dtype));
+  EXPECT_TRUE(v.pass) << v.failure;
+}
+
+TEST(FlashAttnGpu, OtherHeadSizes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (int d : {64, 96, 256}) {
+    Case c{make_spec(8, 2, d, d == 96 ? DType::f16 : DType::bf16)};
+    c.requests = {{120, 1}, {33, 70}, {0, 1}};
+    const auto backend = make_flash_attn_backend();
+    BatchShape shape;
+    shape.requests = c.requests;
+    const Support s = backend->supports(c.spec, make_batch(c.spec, shape, 1));
+#if defined(ATTN_QUICK_BUILD)
+    EXPECT_FALSE(s.ok);
+    EXPECT_NE(s.reason.find("not compiled"), std::string::npos) << s.reason;
+#else
+    ASSERT_TRUE(s.ok) << s.reason;
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (head size " << d << ")";
+#endif
+  }
+}
+
+// Host-only checks: the selector's reasons and the split rule need no device.
+TEST(FlashAttnSelector, RejectsWithReasons) {
+  const auto backend = make_flash_attn_backend();
+  BatchShape shape;
+  shape.requests = {{16, 1}};
+  AttentionSpec s = make_spec(8, 2, 128);
+  const Batch b = make_batch(s, shape, 1);
+  s.kv_layout = KvLayout::HND;
+  EXPECT_NE(backend->supports(s, b).reason.find("HND"), std::string::npos);
+  s = make_spec(8, 2, 128, DType::bf16, 24);
+  EXPECT_NE(backend->supports(s, b).reason.find("block size"), std::string::npos);
+  s = make_spec(8, 2, 128, DType::f32);
+  EXPECT_FALSE(backend->supports(s, b).ok);
+  s = make_spec(8, 2, 80);
+  EXPECT_NE(backend->supports(s, b).reason.find("head size"), std::string::npos);
+  EXPECT_TRUE(backend->supports(make_spec(8, 2, 128), b).ok);
+}
+
+TEST(FlashAttnSelector, SplitRule) {
+  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132), 1);       // enough CTAs
+  EXPECT_EQ(flash_attn_num_splits(8, 4096, 132), 16);        // 4096 / 256 caps the 33 for two waves
+  EXPECT_EQ(flash_attn_num_splits(8, 100000, 132), 32);      // capped at kMaxSplits
+  EXPECT_EQ(flash_attn_num_splits(100, 200, 132), 1);        // too short to split
+  EXPECT_EQ(flash_attn_num_splits(66, 100000, 132), 4);      // two waves
+}
+
+}  // namespace
+}  // namespace attn
+
+// ---- benchmarks (disabled by default; run with --gtest_also_run_disabled_tests) --------------
+// They print throughput and assert nothing about speed.
+#include "timing/timing.hpp"
+
+namespace attn {
+namespace {
+
+struct BenchRow {
+  double us = 0, gbps = 0, tflops = 0;
+  std::string plan;
+};
+
+BenchRow bench(const AttentionSpec& spec, const std::vector<RequestShape>& reqs, int prefix = 0,
+               CascadeMode cascade = CascadeMode::off) {
+  BatchShape shape;
+  shape.requests = reqs;
+  shape.shared_prefix_len = prefix;
+  const Batch b = make_batch(spec, shape, 3);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  RunOptions opts;
+  opts.cascade = cascade;
+  auto inst = make_flash_attn_backend()->create(b, m, opts);
+  inst->plan();
+  TimingOptions t;
+  t.warmup = 5;
+  t.iterations = 30;
+  t.cold_l2 = true;
+  t.cuda_graph = true;
+  const Timing tm = time_device_instance(*inst, t);
+  const WorkCounts w = count_work(b);
+  BenchRow r;
+  r.us = tm.median_us;
+  r.gbps = w.bytes / (tm.median_us * 1e3);
+  r.tflops = w.flops / (tm.median_us * 1e6);
+  r.plan = inst->plan_summary();
+  std::printf("[bench] %-40s %9.1f us %8.1f GB/s %7.1f TFLOP/s  %s\n", "", r.us, r.gbps, r.tflops, r.plan.c_str());
+  return r;
+}
+
+TEST(FlashAttnBench, DISABLED_Targets) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const AttentionSpec s = make_spec(32, 8, 128);
+  std::printf("decode 64 x 4k, 32/8 hd128 block 16 (target >= 2550 GB/s)\n");
+  bench(s, std::vector<RequestShape>(64, {4096, 1}));
+  std::printf("decode 8 x 16k (split-KV)\n");
+  bench(s, std::vector<RequestShape>(8, {16384, 1}));
+  std::printf("prefill 2 x 4k causal (target >= ~308 TFLOP/s)\n");
+  bench(s, std::vector<RequestShape>(2, {0, 4096}));
+  std::printf("prefill 1 x 8k causal, hd128\n");
+  bench(s, std::vector<RequestShape>(1, {0, 8192}));
+  std::printf("mixed: 64 decodes @4k + 2 prefill chunks 1k@2k, one launch vs separately\n");
+  std::vector<RequestShape> mixed(64, {4096, 1});
+  mixed.push_back({2048, 1024});
+  mixed.push_back({2048, 1024});
+  const BenchRow one = bench(s, mixed);
+  const BenchRow dec = bench(s, std::vector<RequestShape>(64, {4096, 1}));
+  const BenchRow pre = bench(s, std::vector<RequestShape>(2, {2048, 1024}));
+  std::printf("[bench] mixed one launch %.1f us vs separate %.1f us\n", one.us, dec.us + pre.us);
+  std::printf("cascade: 128 decodes sharing a 4k prefix (+64 own tokens), on vs off (target >= 3x)\n");
+  const std::vector<RequestShape> shared(128, {4096 + 64, 1});
+  const BenchRow con = bench(s, shared, 4096, CascadeMode::on);
+  const BenchRow coff = bench(s, shared, 4096, CascadeMode::off);
+  std::printf("[bench] cascade speedup %.2fx\n", coff.us / con.us);
+  std::printf("fp8 e4m3 decode 64 x 4k\n");
+  AttentionSpec f = s;
+  f.kv_cache_dtype = DType::fp8_e4m3;
+  bench(f, std::vector<RequestShape>(64, {4096, 1}));
+#if !defined(ATTN_QUICK_BUILD)
+  std::printf("prefill 2 x 4k causal hd64 32/32 and hd256 16/16\n");
+  bench(make_spec(32, 32, 64), std::vector<RequestShape>(2, {0, 4096}));
+  bench(make_spec(16, 16, 256), std::vector<RequestShape>(2, {0, 4096}));
+#endif
+}
+
+}  // namespace
+}  // namespace attn

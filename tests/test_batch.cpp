@@ -1,0 +1,374 @@
+// Batch generation: value conventions, determinism, the block allocator and count_work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/values.hpp"
+#include "model/batch.hpp"
+
+namespace attn {
+namespace {
+
+AttentionSpec small_spec() {
+  AttentionSpec s;
+  s.num_q_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_size_qk = s.head_size_v = 16;
+  s.block_size = 16;
+  s.dtype = s.kv_cache_dtype = DType::bf16;
+  return s;
+}
+
+AttentionSpec mla_spec() {
+  AttentionSpec s;
+  s.use_mla = true;
+  s.num_q_heads = 16;
+  s.num_kv_heads = 1;
+  s.head_size_qk = 192;
+  s.head_size_v = 128;
+  s.block_size = 64;
+  return s;
+}
+
+// A mixed batch: decodes, prefill chunks and a fresh prefill, lengths not block-aligned.
+BatchShape mixed_shape(BlockAllocation alloc = BlockAllocation::shuffled, int shared_prefix = 0) {
+  BatchShape sh;
+  sh.label = "mixed";
+  sh.block_allocation = alloc;
+  sh.shared_prefix_len = shared_prefix;
+  sh.requests = {{100, 1}, {37, 1}, {64, 29}, {250, 1}, {129, 70}, {40, 3}};
+  return sh;
+}
+
+BatchShape random_shape(std::mt19937& rng, int n, int max_ctx, int max_q) {
+  BatchShape sh;
+  sh.label = "random";
+  std::uniform_int_distribution<int> ctx(0, max_ctx), q(1, max_q), decode(0, 1);
+  for (int i = 0; i < n; ++i) sh.requests.push_back({ctx(rng), decode(rng) ? 1 : q(rng)});
+  return sh;
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(Batch, ValuesFollowTheGeneratorConventions) {
+  AttentionSpec s = small_spec();
+  s.sinks = true;
+  const Batch b = make_batch(s, mixed_shape(), 77);
+  for (int d = 0; d < 16; ++d) {
+    EXPECT_EQ(b.q(2, 70, 3, d), round_to(DType::bf16, 4.0f * gen_value(77, ValueTensor::q, 2, 70, 3, d)));
+    EXPECT_EQ(b.k_input(4, 5, 1, d), round_to(DType::bf16, gen_value(77, ValueTensor::k, 4, 5, 1, d)));
+    EXPECT_EQ(b.v_input(4, 5, 1, d), round_to(DType::bf16, gen_value(77, ValueTensor::v, 4, 5, 1, d)));
+    EXPECT_EQ(b.k(4, 5, 1, d), b.k_input(4, 5, 1, d));  // no quantization for a bf16 cache
+  }
+  ASSERT_EQ(b.sinks.size(), 4u);
+  for (int h = 0; h < 4; ++h) EXPECT_EQ(b.sinks[h], 2.0f * gen_value(77, ValueTensor::sink, 0, 0, h, 0));
+  EXPECT_TRUE(b.alibi.empty());
+  EXPECT_FLOAT_EQ(b.spec.scale, 0.25f);  // 1/sqrt(16) resolved
+  // Inputs are not flat: queries span about [-4, 4).
+  float qmax = 0;
+  for (int d = 0; d < 16; ++d) qmax = std::max(qmax, std::fabs(b.q(0, 100, 0, d)));
+  EXPECT_GT(qmax, 1.0f);
+}
+
+TEST(Batch, QueryStartLocFlattensTokensInBatchOrder) {
+  const Batch b = make_batch(small_spec(), mixed_shape(), 1);
+  ASSERT_EQ(b.query_start_loc.size(), 7u);
+  EXPECT_EQ(b.query_start_loc, (std::vector<int32_t>{0, 1, 2, 31, 32, 102, 105}));
+  EXPECT_EQ(b.num_tokens(), 105);
+  EXPECT_EQ(b.slot_mapping.size(), 105u);
+}
+
+TEST(Batch, SameSeedIsBitIdenticalOtherSeedDiffers) {
+  AttentionSpec s = small_spec();
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  s.k_scale_calc = s.v_scale_calc = true;
+  s.sinks = true;
+  const Batch a = make_batch(s, mixed_shape(), 1234), a2 = make_batch(s, mixed_shape(), 1234);
+  const Batch c = make_batch(s, mixed_shape(), 1235);
+  EXPECT_TRUE(same_bytes(a.block_table, a2.block_table));
+  EXPECT_TRUE(same_bytes(a.slot_mapping, a2.slot_mapping));
+  EXPECT_TRUE(same_bytes(a.sinks, a2.sinks));
+  EXPECT_EQ(bits(a.spec.k_scale), bits(a2.spec.k_scale));
+  int value_diffs = 0;
+  for (int r = 0; r < a.num_reqs(); ++r)
+    for (int pos = 0; pos < a.requests[r].seq_len(); pos += 7)
+      for (int d = 0; d < 16; ++d) {
+        EXPECT_EQ(bits(a.k(r, pos, 1, d)), bits(a2.k(r, pos, 1, d)));
+        EXPECT_EQ(bits(a.v(r, pos, 0, d)), bits(a2.v(r, pos, 0, d)));
+        value_diffs += a.k_input(r, pos, 1, d) != c.k_input(r, pos, 1, d);
+      }
+  EXPECT_GT(value_diffs, 100);
+  EXPECT_FALSE(same_bytes(a.block_table, c.block_table));
+  EXPECT_FALSE(same_bytes(a.slot_mapping, c.slot_mapping));
+  EXPECT_FALSE(same_bytes(a.sinks, c.sinks));
+}
+
+// Checks every invariant of the paging of b; returns the set of used physical blocks.
+void check_paging(const Batch& b) {
+  const int bs = b.block_size, S = b.shared_blocks();
+  std::set<int32_t> own;
+  for (int r = 0; r < b.num_reqs(); ++r) {
+    const int32_t* row = b.block_table.data() + static_cast<size_t>(r) * b.max_blocks_per_req;
+    const int needed = (b.requests[r].seq_len() + bs - 1) / bs;
+    for (int j = 0; j < b.max_blocks_per_req; ++j) {
+      if (j >= needed) {
+        EXPECT_EQ(row[j], 0) << "padding of row " << r;
+        continue;
+      }
+      EXPECT_GT(row[j], 0) << "null block used by request " << r;
+      EXPECT_LT(row[j], b.num_blocks);
+      if (j < S) {
+        EXPECT_EQ(row[j], b.block_table[j]) << "shared prefix block differs in row " << r;
+      } else {
+        EXPECT_TRUE(own.insert(row[j]).second) << "block " << row[j] << " used twice";
+      }
+    }
+  }
+  for (int j = 0; j < S; ++j) EXPECT_EQ(own.count(b.block_table[j]), 0u) << "prefix block reused";
+  std::set<int64_t> slots;
+  for (int r = 0; r < b.num_reqs(); ++r) {
+    const int32_t* row = b.block_table.data() + static_cast<size_t>(r) * b.max_blocks_per_req;
+    for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos) {
+      const int64_t slot = b.slot_mapping[b.query_start_loc[r] + pos - b.requests[r].context_len];
+      EXPECT_EQ(slot, static_cast<int64_t>(row[pos / bs]) * bs + pos % bs);
+      EXPECT_GE(slot, bs);  // never in the null block
+      EXPECT_LT(slot, b.num_blocks * bs);
+      EXPECT_TRUE(slots.insert(slot).second) << "two new tokens share slot " << slot;
+    }
+  }
+}
+
+TEST(Batch, BlockTableInvariantsShuffledAndContiguous) {
+  for (auto alloc : {BlockAllocation::shuffled, BlockAllocation::contiguous}) {
+    for (int prefix : {0, 32}) {
+      SCOPED_TRACE(testing::Message() << "contiguous=" << (alloc == BlockAllocation::contiguous) << " prefix=" << prefix);
+      const Batch b = make_batch(small_spec(), mixed_shape(alloc, prefix), 5);
+      check_paging(b);
+      EXPECT_EQ(b.max_blocks_per_req, (250 + 1 + 15) / 16);
+      // Just enough: every block but the null block is in use.
+      int64_t used = b.shared_blocks();
+      for (const auto& r : b.requests) used += (r.seq_len() + 15) / 16 - b.shared_blocks();
+      EXPECT_EQ(b.num_blocks, used + 1);
+    }
+  }
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 20; ++trial) {
+    BatchShape sh = random_shape(rng, 1 + trial, 300, 40);
+    sh.num_blocks = 2000;  // larger cache: the shuffle spreads over all of it
+    const Batch b = make_batch(small_spec(), sh, trial);
+    EXPECT_EQ(b.num_blocks, 2000);
+    check_paging(b);
+  }
+}
+
+TEST(Batch, ContiguousAllocationIsSequentialShuffledIsNot) {
+  const Batch c = make_batch(small_spec(), mixed_shape(BlockAllocation::contiguous, 32), 9);
+  int32_t expect = 1;
+  for (int j = 0; j < c.shared_blocks(); ++j) EXPECT_EQ(c.block_table[j], expect++);
+  for (int r = 0; r < c.num_reqs(); ++r) {
+    const int needed = (c.requests[r].seq_len() + 15) / 16;
+    for (int j = c.shared_blocks(); j < needed; ++j) EXPECT_EQ(c.block_table[r * c.max_blocks_per_req + j], expect++);
+  }
+  const Batch s = make_batch(small_spec(), mixed_shape(BlockAllocation::shuffled, 32), 9);
+  int adjacent = 0, pairs = 0;
+  for (int r = 0; r < s.num_reqs(); ++r) {
+    const int needed = (s.requests[r].seq_len() + 15) / 16;
+    for (int j = 1; j < needed; ++j, ++pairs)
+      adjacent += s.block_table[r * s.max_blocks_per_req + j] == s.block_table[r * s.max_blocks_per_req + j - 1] + 1;
+  }
+  EXPECT_LT(adjacent, pairs / 4);
+}
+
+TEST(Batch, SharedPrefixHasOneCopyOfBlocksAndValues) {
+  const Batch b = make_batch(small_spec(), mixed_shape(BlockAllocation::shuffled, 32), 21);
+  ASSERT_EQ(b.shared_blocks(), 2);
+  for (int r = 1; r < b.num_reqs(); ++r) {
+    for (int pos = 0; pos < 32; ++pos)
+      for (int d = 0; d < 16; ++d) {
+        EXPECT_EQ(b.k(r, pos, 1, d), b.k(0, pos, 1, d));
+        EXPECT_EQ(b.v(r, pos, 0, d), b.v(0, pos, 0, d));
+      }
+    EXPECT_EQ(b.value_req(r, 31), kSharedPrefixRequest);
+    EXPECT_EQ(b.value_req(r, 32), static_cast<uint32_t>(r));
+  }
+  int differ = 0;
+  for (int d = 0; d < 16; ++d) differ += b.k(1, 32, 0, d) != b.k(2, 32, 0, d);
+  EXPECT_GT(differ, 8);
+}
+
+TEST(Batch, ImpossibleShapesAreInputErrors) {
+  BatchShape sh = mixed_shape();
+  const Batch ok = make_batch(small_spec(), sh, 1);
+  sh.num_blocks = ok.num_blocks;  // exactly enough is fine
+  EXPECT_NO_THROW(make_batch(small_spec(), sh, 1));
+  sh.num_blocks = ok.num_blocks - 1;
+  try {
+    make_batch(small_spec(), sh, 1);
+    FAIL() << "no error for a cache too small";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_blocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(ok.num_blocks)), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_batch(small_spec(), mixed_shape(BlockAllocation::shuffled, 48), 1), InputError);  // > 37
+  EXPECT_THROW(make_batch(small_spec(), mixed_shape(BlockAllocation::shuffled, 24), 1), InputError);  // not whole blocks
+  BatchShape zero_q = mixed_shape();
+  zero_q.requests[2].query_len = 0;
+  EXPECT_THROW(make_batch(small_spec(), zero_q, 1), InputError);
+}
+
+TEST(Batch, Fp8ScaleCalcUsesTheNewTokensMax) {
+  for (DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    AttentionSpec s = small_spec();
+    s.dtype = DType::f32;  // bf16 inputs would round the largest |x| of both to 1.0
+    s.kv_cache_dtype = cache;
+    s.k_scale_calc = s.v_scale_calc = true;
+    const Batch b = make_batch(s, mixed_shape(), 8);
+    float kmax = 0, vmax = 0;
+    for (int r = 0; r < b.num_reqs(); ++r)
+      for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos)
+        for (int h = 0; h < 2; ++h)
+          for (int d = 0; d < 16; ++d) {
+            kmax = std::max(kmax, std::fabs(b.k_input(r, pos, h, d)));
+            vmax = std::max(vmax, std::fabs(b.v_input(r, pos, h, d)));
+          }
+    const float range = cache == DType::fp8_e4m3 ? 448.0f : 57344.0f;
+    EXPECT_EQ(b.spec.k_scale, kmax / range);
+    EXPECT_EQ(b.spec.v_scale, vmax / range);
+    EXPECT_NE(b.spec.k_scale, b.spec.v_scale);
+    EXPECT_FALSE(b.spec.k_scale_calc);
+    // k() is the documented quantize/dequantize round trip.
+    for (int d = 0; d < 16; ++d) {
+      const float x = b.k_input(3, 12, 1, d);
+      const float want = cache == DType::fp8_e4m3
+                             ? static_cast<float>(e4m3_to_float(float_to_e4m3(x / b.spec.k_scale)) * b.spec.k_scale)
+                             : static_cast<float>(e5m2_to_float(float_to_e5m2(x / b.spec.k_scale)) * b.spec.k_scale);
+      EXPECT_EQ(bits(b.k(3, 12, 1, d)), bits(want));
+    }
+  }
+}
+
+TEST(Batch, MlaValuesAndScaleCalcUseTheLatent) {
+  AttentionSpec s = mla_spec();
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  s.k_scale_calc = true;
+  BatchShape sh;
+  sh.requests = {{100, 1}, {10, 20}};
+  const Batch b = make_batch(s, sh, 4);
+  float amax = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos)
+      for (int d = 0; d < 576; ++d) amax = std::max(amax, std::fabs(b.latent_input(r, pos, d)));
+  EXPECT_EQ(b.spec.k_scale, amax / 448.0f);
+  EXPECT_EQ(b.latent_input(1, 3, 500), round_to(DType::bf16, gen_value(4, ValueTensor::latent, 1, 3, 0, 500)));
+  const float x = b.latent_input(1, 3, 500);
+  EXPECT_EQ(b.latent(1, 3, 500),
+            static_cast<float>(e4m3_to_float(float_to_e4m3(x / b.spec.k_scale)) * b.spec.k_scale));
+  EXPECT_EQ(b.w_uk(3, 7, 9),
+            round_to(DType::bf16, gen_value(4, ValueTensor::w_uk, 0, 7, 3, 9) / std::sqrt(512.0f)));
+  EXPECT_EQ(b.w_uv(3, 7, 9),
+            round_to(DType::bf16, gen_value(4, ValueTensor::w_uv, 0, 7, 3, 9) / std::sqrt(512.0f)));
+  EXPECT_NE(b.w_uk(3, 7, 9), b.w_uv(3, 7, 9));
+}
+
+// ---- count_work -------------------------------------------------------------------------------
+
+struct Brute {
+  int64_t pairs = 0, kv_read = 0;
+};
+Brute brute_force(const Batch& b) {
+  Brute out;
+  for (const auto& r : b.requests) {
+    std::set<int64_t> seen;
+    for (int64_t p = r.context_len; p < r.seq_len(); ++p)
+      for (int64_t key = 0; key < r.seq_len(); ++key) {
+        bool vis = true;
+        if (b.spec.causal()) {
+          vis = key <= p;
+          if (b.spec.sliding_window > 0) vis = vis && key > p - b.spec.sliding_window;
+          if (b.local_attention_chunk > 0) vis = vis && key >= p / b.local_attention_chunk * b.local_attention_chunk;
+        }
+        if (vis) {
+          ++out.pairs;
+          seen.insert(key);
+        }
+      }
+    out.kv_read += static_cast<int64_t>(seen.size());
+  }
+  return out;
+}
+
+TEST(Batch, CountWorkMatchesBruteForce) {
+  std::mt19937 rng(11);
+  struct Mode {
+    const char* name;
+    int window, chunk;
+    bool causal;
+  };
+  const Mode modes[] = {{"causal", 0, 0, true},  {"window", 37, 0, true}, {"local", 0, 32, true},
+                        {"window+local", 20, 48, true}, {"non-causal", 0, 0, false}};
+  for (const Mode& m : modes) {
+    for (int trial = 0; trial < 15; ++trial) {
+      SCOPED_TRACE(testing::Message() << m.name << " trial " << trial);
+      AttentionSpec s = small_spec();
+      s.sliding_window = m.window;
+      s.attn_type = m.causal ? AttentionType::decoder : AttentionType::encoder_only;
+      BatchShape sh = random_shape(rng, 1 + trial % 6, 200, 90);
+      sh.local_attention_chunk = m.chunk;
+      const Batch b = make_batch(s, sh, trial);
+      const WorkCounts w = count_work(b);
+      const Brute want = brute_force(b);
+      EXPECT_EQ(w.attended_pairs, want.pairs);
+      EXPECT_EQ(w.kv_tokens_read, want.kv_read);
+      EXPECT_DOUBLE_EQ(w.flops, 2.0 * (16 + 16) * 4 * static_cast<double>(want.pairs));
+      const double t = static_cast<double>(b.num_tokens());
+      EXPECT_DOUBLE_EQ(w.bytes, 2.0 * (t * 4 * 16 + t * 4 * 16 + (t + want.kv_read) * 2 * (16 + 16)));
+    }
+  }
+}
+
+TEST(Batch, CountWorkMlaUsesAbsorbedDecodeAndMhaPrefill) {
+  AttentionSpec s = mla_spec();
+  BatchShape sh;
+  sh.requests = {{300, 1}, {64, 10}};
+  const Batch b = make_batch(s, sh, 2);
+  const WorkCounts w = count_work(b);
+  const int64_t decode_pairs = 301, prefill_pairs = 10 * 65 + 45;  // keys 0..p for p = 64..73
+  EXPECT_EQ(w.attended_pairs, decode_pairs + prefill_pairs);
+  EXPECT_EQ(w.kv_tokens_read, 301 + 74);
+  EXPECT_DOUBLE_EQ(w.flops, 2.0 * 16 * (decode_pairs * (576 + 512) + prefill_pairs * (192 + 128)));
+  EXPECT_DOUBLE_EQ(w.bytes, 2.0 * (11 * 16 * 192 + 11 * 16 * 128 + (11 + 375) * 576));
+}
+
+TEST(Batch, LargeBatchDescribesFast) {
+  BatchShape sh;
+  sh.label = "big";
+  for (int i = 0; i < 256; ++i) sh.requests.push_back({32768, 1});
+  sh.requests.push_back({0, 32768});  // and one long prefill
+  AttentionSpec s = small_spec();
+  s.sliding_window = 4096;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Batch b = make_batch(s, sh, 1);
+  const WorkCounts w = count_work(b);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 1.0);
+  EXPECT_EQ(w.attended_pairs, 256LL * 4096 + (4096LL * 4097 / 2 + (32768LL - 4096) * 4096));
+  EXPECT_EQ(b.max_blocks_per_req, 2049);
+}
+
+}  // namespace
+}  // namespace attn

@@ -1,0 +1,159 @@
+// End-to-end checks of the attn-bench executable: exit codes, error messages, output files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string scenario(const std::string& name) { return std::string(ATTN_SOURCE_DIR) + "/scenarios/" + name; }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attn_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliTest, VersionAndHelp) {
+  const Result v = run_cli("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.output.find("attn-bench"), std::string::npos);
+  for (const char* verb : {"list", "describe", "run", "validate", "report", "device"}) {
+    const Result h = run_cli(std::string(verb) + " --help");
+    EXPECT_EQ(h.code, 0) << verb;
+  }
+  EXPECT_EQ(run_cli("no-such-verb").code, 2);
+}
+
+TEST_F(CliTest, ListShowsPresetsBackendsAndBuild) {
+  const Result r = run_cli("list");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* s : {"llama3-8b", "qwen2-7b", "deepseek-v3", "cpu", "CUDA"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+  EXPECT_EQ(run_cli("list --format json").code, 0);
+}
+
+TEST_F(CliTest, DescribeScenarioAndCompactSpec) {
+  Result r = run_cli("describe " + scenario("quickstart.toml"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cascade"), std::string::npos);
+  r = run_cli("describe --model llama3-8b --batch 48x1@2048,2x512@1024 --format csv");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(",50,"), std::string::npos) << r.output;  // 50 requests
+}
+
+TEST_F(CliTest, BadInputIsExitTwoNamingFileLineKey) {
+  Result r = run_cli("describe " + (dir_ / "missing.toml").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("missing.toml"), std::string::npos) << r.output;
+
+  const std::string bad = write("bad.toml",
+                                "seed = 1\n[model]\npreset = \"llama3-8b\"\nnum_q_heds = 32\n"
+                                "[[batch.requests]]\ncount = 1\ncontext_len = 16\nquery_len = 1\n");
+  r = run_cli("describe " + bad);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("bad.toml:4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("num_q_heds"), std::string::npos) << r.output;
+
+  r = run_cli("describe --model llama3-8b --batch 4xq@16");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = run_cli("run " + scenario("quickstart.toml") + " --backend no_such_backend");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no_such_backend"), std::string::npos);
+}
+
+TEST_F(CliTest, RunWritesResultsAtomicallyAndValidateGates) {
+  const std::string csv = (dir_ / "r.csv").string(), json = (dir_ / "r.json").string();
+  Result r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 2 --warmup 1 -q -o " + csv +
+                     " -o " + json);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(csv));
+  EXPECT_TRUE(fs::exists(json));
+  EXPECT_NE(r.output.find("pass"), std::string::npos);
+
+  // Regression gate: a file against itself passes; against a copy twice as fast it fails.
+  r = run_cli("report compare " + csv + " " + csv + " --max-slowdown 5%");
+  EXPECT_EQ(r.code, 0) << r.output;
+
+  // An output into a folder that does not exist: runtime error, no file left behind.
+  const std::string nowhere = (dir_ / "no" / "such" / "dir" / "r.csv").string();
+  r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 1 --warmup 0 -q -o " + nowhere);
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_FALSE(fs::exists(nowhere));
+
+  // Bad input before anything ran: exit 2 and no output file.
+  const std::string never = (dir_ / "never.csv").string();
+  r = run_cli("run " + (dir_ / "missing.toml").string() + " -o " + never);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(fs::exists(never));
+
+  const std::string junit = (dir_ / "junit.xml").string();
+  r = run_cli("validate " + scenario("quickstart.toml") + " --backend cpu -q --junit " + junit);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(junit));
+}
+
+TEST_F(CliTest, CompareFailsOnSlowdown) {
+  const std::string base = (dir_ / "base.csv").string();
+  Result r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 2 --warmup 0 -q -o " + base);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // Make the baseline 10x faster by rewriting its median_time_us column.
+  std::ifstream in(base);
+  std::string header, line;
+  std::getline(in, header);
+  std::vector<std::string> cols;
+  std::stringstream hs(header);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  const auto it = std::find(cols.begin(), cols.end(), "median_time_us");
+  ASSERT_NE(it, cols.end());
+  const size_t idx = static_cast<size_t>(it - cols.begin());
+  std::string out = header + "\n";
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    ASSERT_GT(cells.size(), idx);
+    cells[idx] = std::to_string(std::stod(cells[idx]) / 10.0);
+    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+    out += "\n";
+  }
+  const std::string fast = write("fast.csv", out);
+  r = run_cli("report compare " + fast + " " + base + " --max-slowdown 5%");
+  EXPECT_EQ(r.code, 1) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,483 @@
+// compute_reference against a brute-force attention written here straight from the semantics of
+// the project (scalar loops over doubles, one (token, head) at a time), on small random batches
+// that cover every feature; plus hand-computed cases, the empty-row convention and sampling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "core/error.hpp"
+#include "model/batch.hpp"
+#include "reference/head_attention.hpp"
+#include "reference/reference.hpp"
+
+namespace attn {
+namespace {
+
+constexpr double kTol = 1e-12;
+const double kInf = std::numeric_limits<double>::infinity();
+
+// ---- the brute force ----------------------------------------------------------------------------
+
+struct BruteResult {
+  std::vector<double> o;    // [num_tokens, hq, dv]
+  std::vector<double> lse;  // [num_tokens, hq]
+};
+
+// Does the query at absolute position p see key `key` of a sequence of seq_len tokens?
+bool brute_visible(const Batch& b, int p, int key, int seq_len) {
+  if (!b.spec.causal()) return key < seq_len;
+  if (key > p) return false;
+  if (b.spec.sliding_window > 0 && !(key > p - b.spec.sliding_window)) return false;
+  if (b.local_attention_chunk > 0 && key < (p / b.local_attention_chunk) * b.local_attention_chunk) return false;
+  return true;
+}
+
+BruteResult brute_force(const Batch& b) {
+  const AttentionSpec& s = b.spec;
+  const bool mla = s.use_mla;
+  const int hq = s.num_q_heads;
+  const int dqk = mla ? s.mla.qk_nope_head_dim + s.mla.qk_rope_head_dim : s.head_size_qk;
+  const int dv = mla ? s.mla.v_head_dim : s.head_size_v;
+  const int rank = s.mla.kv_lora_rank, nope = s.mla.qk_nope_head_dim;
+  const double scale = s.scale;
+  BruteResult out;
+  out.o.assign(static_cast<size_t>(b.num_tokens()) * hq * dv, 0.0);
+  out.lse.assign(static_cast<size_t>(b.num_tokens()) * hq, 0.0);
+
+  for (int r = 0; r < b.num_reqs(); ++r) {
+    const int ctx = b.requests[r].context_len, seq = b.requests[r].seq_len();
+    for (int h = 0; h < hq; ++h) {
+      // Every key and value of this (request, head), as plain vectors.
+      std::vector<std::vector<double>> keys(seq, std::vector<double>(dqk));
+      std::vector<std::vector<double>> vals(seq, std::vector<double>(dv));
+      for (int j = 0; j < seq; ++j) {
+        if (mla) {
+          for (int d = 0; d < nope; ++d) {
+            double acc = 0;
+            for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uk(h, c, d));
+            keys[j][d] = acc;
+          }
+          for (int d = nope; d < dqk; ++d) keys[j][d] = b.latent(r, j, rank + (d - nope));
+          for (int d = 0; d < dv; ++d) {
+            double acc = 0;
+            for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uv(h, c, d));
+            vals[j][d] = acc;
+          }
+        } else {
+          const int kvh = h / (hq / s.num_kv_heads);
+          for (int d = 0; d < dqk; ++d) keys[j][d] = b.k(r, j, kvh, d);
+          for (int d = 0; d < dv; ++d) vals[j][d] = b.v(r, j, kvh, d);
+        }
+      }
+      for (int i = 0; i < b.requests[r].query_len; ++i) {
+        const int p = ctx + i;
+        const int64_t t = b.query_start_loc[r] + i;
+        std::vector<double> logit(seq, 0.0);
+        std::vector<bool> seen(seq, false);
+        double m = b.sinks.empty() ? -kInf : double(b.sinks[h]);
+        for (int j = 0; j < seq; ++j) {
+          if (!brute_visible(b, p, j, seq)) continue;
+          double dot = 0;
+          for (int d = 0; d < dqk; ++d) dot += double(b.q(r, p, h, d)) * keys[j][d];
+          double x = scale * dot;
+          if (s.logits_soft_cap > 0) x = s.logits_soft_cap * std::tanh(x / s.logits_soft_cap);
+          if (!b.alibi.empty()) x += double(b.alibi[h]) * -std::abs(double(p - j));
+          logit[j] = x;
+          seen[j] = true;
+          m = std::max(m, x);
+        }
+        double* o = &out.o[(t * hq + h) * dv];
+        double& lse = out.lse[t * hq + h];
+        if (m == -kInf) {
+          lse = -kInf;
+          continue;
+        }
+        double sum = b.sinks.empty() ? 0.0 : std::exp(double(b.sinks[h]) - m);
+        for (int j = 0; j < seq; ++j)
+          if (seen[j]) sum += std::exp(logit[j] - m);
+        for (int j = 0; j < seq; ++j) {
+          if (!seen[j]) continue;
+          const double w = std::exp(logit[j] - m) / sum;
+          for (int d = 0; d < dv; ++d) o[d] += w * vals[j][d];
+        }
+        lse = m + std::log(sum);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- helpers --------------------------------------------------------------------------------------
+
+AttentionSpec mha(int hq, int hkv, int dqk, int dv) {
+  AttentionSpec s;
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_size_qk = dqk;
+  s.head_size_v = dv;
+  s.block_size = 4;
+  return s;
+}
+
+// Small MLA dimensions keep the brute force cheap; MlaRealDims uses DeepSeek's.
+AttentionSpec mla(int hq, MlaDims dims = {32, 8, 16, 12}) {
+  AttentionSpec s;
+  s.use_mla = true;
+  s.mla = dims;
+  s.num_q_heads = hq;
+  s.num_kv_heads = 1;
+  s.head_size_qk = dims.qk_head_dim();
+  s.head_size_v = dims.v_head_dim;
+  s.block_size = 4;
+  return s;
+}
+
+Batch batch_of(const AttentionSpec& spec, std::vector<RequestShape> reqs, uint64_t seed, int shared_prefix = 0,
+               int local_chunk = 0) {
+  BatchShape shape;
+  shape.label = "test";
+  shape.requests = std::move(reqs);
+  shape.shared_prefix_len = shared_prefix;
+  shape.local_attention_chunk = local_chunk;
+  return make_batch(spec, shape, seed);
+}
+
+std::vector<RequestShape> random_requests(uint64_t seed, int n, int min_ctx, int max_ctx, int max_q) {
+  std::mt19937_64 rng(seed);
+  std::vector<RequestShape> reqs(n);
+  for (auto& r : reqs) {
+    r.context_len = std::uniform_int_distribution<int>(min_ctx, max_ctx)(rng);
+    // Mix decodes (query_len 1) and prefill chunks.
+    r.query_len = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? 1 : std::uniform_int_distribution<int>(2, max_q)(rng);
+  }
+  return reqs;
+}
+
+// Maximum |a - b| with -inf == -inf; NaN on either side fails.
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;  // also equal infinities
+    const double d = std::abs(a[i] - b[i]);
+    if (std::isnan(d)) return kInf;
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+void expect_matches_brute(const Batch& b) {
+  const ReferenceResult ref = compute_reference(b);
+  const BruteResult want = brute_force(b);
+  const int dv = b.spec.use_mla ? b.spec.mla.v_head_dim : b.spec.head_size_v;
+  ASSERT_EQ(ref.num_tokens, b.num_tokens());
+  ASSERT_EQ(ref.num_heads, b.spec.num_q_heads);
+  ASSERT_EQ(ref.head_size_v, dv);
+  ASSERT_EQ(ref.o.size(), want.o.size());
+  ASSERT_EQ(ref.lse.size(), want.lse.size());
+  EXPECT_EQ(ref.pairs_total, int64_t{b.num_reqs()} * b.spec.num_q_heads);
+  EXPECT_EQ(ref.pairs_checked, ref.pairs_total);
+  for (uint8_t c : ref.checked) ASSERT_EQ(c, 1);
+  EXPECT_LE(max_diff(ref.o, want.o), kTol);
+  EXPECT_LE(max_diff(ref.lse, want.lse), kTol);
+  // The outputs must be real attention, not a trivially matching constant.
+  double spread = 0;
+  for (double x : ref.o) spread = std::max(spread, std::abs(x - ref.o[0]));
+  EXPECT_GT(spread, 1e-3);
+}
+
+// ---- feature coverage against the brute force --------------------------------------------------
+
+TEST(Reference, GqaRatiosCausalWithContext) {
+  const std::pair<int, int> heads[] = {{3, 3}, {8, 2}, {14, 2}, {5, 1}};  // ratios 1, 4, 7, MQA
+  uint64_t seed = 11;
+  for (auto [hq, hkv] : heads) {
+    SCOPED_TRACE(testing::Message() << hq << "/" << hkv);
+    expect_matches_brute(batch_of(mha(hq, hkv, 16, 8), random_requests(seed, 4, 0, 30, 12), seed));
+    ++seed;
+  }
+}
+
+TEST(Reference, NonCausalSeesEveryKey) {
+  AttentionSpec s = mha(4, 2, 16, 16);
+  s.attn_type = AttentionType::encoder_only;
+  expect_matches_brute(batch_of(s, {{0, 9}, {0, 1}, {6, 5}}, 3));
+  // A key after the query changes a non-causal row: row 0 of a 9-token request is not the
+  // causal one.
+  AttentionSpec c = s;
+  c.attn_type = AttentionType::decoder;
+  const ReferenceResult nc = compute_reference(batch_of(s, {{0, 9}}, 3));
+  const ReferenceResult ca = compute_reference(batch_of(c, {{0, 9}}, 3));
+  EXPECT_GT(std::abs(nc.lse[0] - ca.lse[0]), 1e-6);
+}
+
+TEST(Reference, SlidingWindowSmallerThanPrefillChunk) {
+  AttentionSpec s = mha(4, 1, 16, 8);
+  s.sliding_window = 5;
+  expect_matches_brute(batch_of(s, {{7, 12}, {0, 9}, {20, 1}, {3, 2}}, 5));
+}
+
+TEST(Reference, SoftCap) {
+  AttentionSpec s = mha(4, 2, 16, 8);
+  s.logits_soft_cap = 0.7f;  // below the typical |logit|, so the cap bends most logits
+  expect_matches_brute(batch_of(s, random_requests(7, 3, 0, 25, 10), 7));
+}
+
+TEST(Reference, Alibi) {
+  AttentionSpec s = mha(6, 3, 16, 8);
+  s.alibi = true;
+  expect_matches_brute(batch_of(s, random_requests(8, 3, 0, 25, 10), 8));
+  s.attn_type = AttentionType::encoder_only;  // keys on both sides: -slope * |p - key|
+  expect_matches_brute(batch_of(s, {{0, 10}, {4, 6}}, 8));
+}
+
+TEST(Reference, Sinks) {
+  AttentionSpec s = mha(4, 2, 16, 8);
+  s.sinks = true;
+  expect_matches_brute(batch_of(s, random_requests(9, 4, 0, 20, 8), 9));
+}
+
+TEST(Reference, ExplicitScale) {
+  AttentionSpec s = mha(4, 2, 16, 8);
+  s.scale = 0.43f;
+  const Batch b = batch_of(s, random_requests(10, 3, 0, 20, 8), 10);
+  ASSERT_FLOAT_EQ(b.spec.scale, 0.43f);
+  expect_matches_brute(b);
+}
+
+TEST(Reference, AllLogitFeaturesTogether) {
+  AttentionSpec s = mha(8, 2, 16, 12);
+  s.sinks = s.alibi = true;
+  s.logits_soft_cap = 1.5f;
+  s.sliding_window = 6;
+  s.scale = 0.2f;
+  expect_matches_brute(batch_of(s, random_requests(12, 4, 0, 30, 14), 12));
+}
+
+TEST(Reference, LocalAttentionPrefillSpansSeveralChunks) {
+  AttentionSpec s = mha(4, 2, 16, 8);
+  // Chunk 8: request 0's new tokens sit at positions 5..24 (chunks 0, 1, 2 and 3).
+  const Batch b = batch_of(s, {{5, 20}, {13, 1}, {16, 3}, {0, 9}}, 13, 0, 8);
+  expect_matches_brute(b);
+  // The chunk really cuts: the same batch without it differs.
+  const Batch whole = batch_of(s, {{5, 20}, {13, 1}, {16, 3}, {0, 9}}, 13, 0, 0);
+  EXPECT_GT(max_diff(compute_reference(b).lse, compute_reference(whole).lse), 1e-6);
+}
+
+TEST(Reference, Fp8CachesWithNonUnitScales) {
+  for (DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    SCOPED_TRACE(std::string(to_string(cache)));
+    AttentionSpec s = mha(4, 2, 16, 8);
+    s.kv_cache_dtype = cache;
+    s.k_scale = 0.37f;
+    s.v_scale = 2.5f;
+    const std::vector<RequestShape> reqs = random_requests(14, 3, 0, 20, 8);
+    const Batch b = batch_of(s, reqs, 14);
+    expect_matches_brute(b);
+    // The reference sees the dequantized cache: a bf16 cache of the same inputs differs.
+    AttentionSpec plain = s;
+    plain.kv_cache_dtype = DType::bf16;
+    EXPECT_GT(max_diff(compute_reference(b).o, compute_reference(batch_of(plain, reqs, 14)).o), 1e-4);
+  }
+}
+
+TEST(Reference, MlaDecodeAndPrefill) {
+  // Decodes (query_len 1) and prefills share one definition: MHA over up-projected K/V.
+  expect_matches_brute(batch_of(mla(3), {{17, 1}, {0, 7}, {9, 6}, {30, 1}}, 15));
+  AttentionSpec fp8 = mla(2);
+  fp8.kv_cache_dtype = DType::fp8_e4m3;
+  fp8.k_scale = fp8.v_scale = 0.05f;
+  expect_matches_brute(batch_of(fp8, {{12, 1}, {4, 5}}, 16));
+}
+
+TEST(Reference, MlaRealDims) {
+  AttentionSpec s = mla(2, MlaDims{});  // 512 / 64 / 128 / 128
+  ASSERT_EQ(s.head_size_qk, 192);
+  expect_matches_brute(batch_of(s, {{9, 1}, {3, 4}}, 17));
+}
+
+TEST(Reference, SharedPrefix) {
+  AttentionSpec s = mha(4, 2, 16, 8);
+  const Batch b = batch_of(s, {{12, 1}, {9, 4}, {8, 1}}, 18, 8);
+  expect_matches_brute(b);
+  EXPECT_EQ(b.k(0, 3, 1, 5), b.k(2, 3, 1, 5));  // prefix keys are the same tokens
+}
+
+// ---- hand-computed cases ------------------------------------------------------------------------
+
+// Two keys, logits 0 and ln 3: weights 1/4 and 3/4.
+TEST(ReferenceHeadAttention, HandComputedTwoKeys) {
+  Eigen::MatrixXd q(1, 2), k(2, 2), v(2, 2), o;
+  Eigen::VectorXd lse;
+  q << 1.0, 2.0;
+  k << 0.0, 0.0, std::log(3.0), 0.0;
+  v << 4.0, -8.0, 8.0, 4.0;
+  ref::Visibility vis{true, 2, 0, 0};
+  ref::LogitRule rule;
+  rule.scale = 1.0;
+  ref::attend_head(q, 1, k, v, 0, vis, rule, o, lse);
+  EXPECT_NEAR(o(0, 0), 7.0, kTol);
+  EXPECT_NEAR(o(0, 1), 1.0, kTol);
+  EXPECT_NEAR(lse(0), std::log(4.0), kTol);
+
+  // A sink of ln 4 joins the denominator (1 + 3 + 4 = 8) but carries no value.
+  rule.has_sink = true;
+  rule.sink = std::log(4.0);
+  ref::attend_head(q, 1, k, v, 0, vis, rule, o, lse);
+  EXPECT_NEAR(o(0, 0), 3.5, kTol);
+  EXPECT_NEAR(o(0, 1), 0.5, kTol);
+  EXPECT_NEAR(lse(0), std::log(8.0), kTol);
+
+  // At position 0 the causal mask hides key 1: all weight on key 0.
+  rule.has_sink = false;
+  ref::attend_head(q, 0, k.topRows(1), v.topRows(1), 0, vis, rule, o, lse);
+  EXPECT_NEAR(o(0, 0), 4.0, kTol);
+  EXPECT_NEAR(lse(0), 0.0, kTol);
+}
+
+// The same two-key case through compute_reference, from the batch's values.
+TEST(Reference, HandComputedOneRequestTwoKeys) {
+  const Batch b = batch_of(mha(1, 1, 4, 3), {{1, 1}}, 19);
+  double l[2];
+  for (int j = 0; j < 2; ++j) {
+    double dot = 0;
+    for (int d = 0; d < 4; ++d) dot += double(b.q(0, 1, 0, d)) * b.k(0, j, 0, d);
+    l[j] = dot / 2.0;  // scale 1/sqrt(4)
+  }
+  const double w1 = 1.0 / (1.0 + std::exp(l[0] - l[1]));
+  const ReferenceResult ref = compute_reference(b);
+  for (int d = 0; d < 3; ++d) EXPECT_NEAR(ref.o[d], (1 - w1) * b.v(0, 0, 0, d) + w1 * b.v(0, 1, 0, d), kTol);
+  EXPECT_NEAR(ref.lse[0], std::log(std::exp(l[0]) + std::exp(l[1])), kTol);
+}
+
+// Rows that see no key: o = 0, lse = -inf; with a sink, lse = the sink. Causal chunk 4 over a
+// 4-key sequence: rows at positions 2, 3 see keys, rows at 4, 5 (chunk 1) see none.
+TEST(ReferenceHeadAttention, EmptyRowConvention) {
+  std::mt19937_64 rng(20);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Eigen::MatrixXd q(4, 3), k(4, 3), v(4, 2), o;
+  Eigen::VectorXd lse;
+  for (auto* m : {&q, &k, &v})
+    for (int i = 0; i < m->size(); ++i) m->data()[i] = u(rng);
+  const ref::Visibility vis{true, 4, 0, 4};
+  ref::LogitRule rule;
+  ref::attend_head(q, 2, k, v, 0, vis, rule, o, lse);
+  EXPECT_TRUE(std::isfinite(lse(0)) && std::isfinite(lse(1)));
+  EXPECT_NE(o(0, 0), 0.0);
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(lse(i), -kInf);
+    EXPECT_EQ(o(i, 0), 0.0);
+    EXPECT_EQ(o(i, 1), 0.0);
+  }
+  rule.has_sink = true;
+  rule.sink = -0.75;
+  ref::attend_head(q, 2, k, v, 0, vis, rule, o, lse);
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(lse(i), -0.75);
+    EXPECT_EQ(o(i, 0), 0.0);
+  }
+  // Non-causal with no keys at all.
+  const ref::Visibility none{false, 0, 0, 0};
+  rule.has_sink = false;
+  ref::attend_head(q, 0, Eigen::MatrixXd(0, 3), Eigen::MatrixXd(0, 2), 0, none, rule, o, lse);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(lse(i), -kInf);
+  EXPECT_EQ(o.cwiseAbs().maxCoeff(), 0.0);
+}
+
+// ---- sampling, threads, errors ---------------------------------------------------------------------
+
+std::set<std::pair<int, int>> checked_pairs(const Batch& b, const ReferenceResult& r) {
+  std::set<std::pair<int, int>> pairs;
+  for (int req = 0; req < b.num_reqs(); ++req)
+    for (int h = 0; h < r.num_heads; ++h) {
+      const int64_t t0 = b.query_start_loc[req], t1 = b.query_start_loc[req + 1];
+      const uint8_t first = r.checked[t0 * r.num_heads + h];
+      for (int64_t t = t0; t < t1; ++t) EXPECT_EQ(r.checked[t * r.num_heads + h], first);  // whole pairs
+      if (first) pairs.insert({req, h});
+    }
+  return pairs;
+}
+
+TEST(Reference, SamplingChecksExactlyMaxPairs) {
+  const Batch b = batch_of(mha(8, 2, 16, 8), random_requests(21, 6, 0, 20, 6), 21);  // 48 pairs
+  const ReferenceResult full = compute_reference(b);
+  ReferenceOptions opts;
+  opts.max_pairs = 7;
+  opts.sample_seed = 1;
+  const ReferenceResult a = compute_reference(b, opts);
+  EXPECT_EQ(a.pairs_total, 48);
+  EXPECT_EQ(a.pairs_checked, 7);
+  const auto pairs_a = checked_pairs(b, a);
+  EXPECT_EQ(pairs_a.size(), 7u);
+  for (size_t row = 0; row < a.lse.size(); ++row) {
+    if (a.checked[row]) {
+      EXPECT_EQ(a.lse[row], full.lse[row]);
+      for (int d = 0; d < a.head_size_v; ++d) EXPECT_EQ(a.o[row * 8 + d], full.o[row * 8 + d]);
+    } else {
+      EXPECT_TRUE(std::isnan(a.lse[row]));
+      EXPECT_TRUE(std::isnan(a.o[row * 8]));
+    }
+  }
+  // Deterministic for a seed, different for another.
+  EXPECT_EQ(checked_pairs(b, compute_reference(b, opts)), pairs_a);
+  opts.sample_seed = 2;
+  const ReferenceResult c = compute_reference(b, opts);
+  EXPECT_EQ(c.pairs_checked, 7);
+  EXPECT_NE(checked_pairs(b, c), pairs_a);
+  // Asking for at least every pair checks them all.
+  opts.max_pairs = 48;
+  EXPECT_EQ(compute_reference(b, opts).pairs_checked, 48);
+  opts.max_pairs = 1000;
+  EXPECT_EQ(compute_reference(b, opts).pairs_checked, 48);
+}
+
+TEST(Reference, SamplingSpreadsOverPairs) {
+  // Over many seeds every pair is eventually drawn (the choice is not stuck on a corner).
+  const Batch b = batch_of(mha(4, 4, 8, 8), {{3, 1}, {2, 2}, {0, 1}}, 22);  // 12 pairs
+  std::set<std::pair<int, int>> seen;
+  ReferenceOptions opts;
+  opts.max_pairs = 3;
+  for (uint64_t s = 0; s < 40; ++s) {
+    opts.sample_seed = s;
+    const ReferenceResult r = compute_reference(b, opts);
+    ASSERT_EQ(r.pairs_checked, 3);
+    for (auto p : checked_pairs(b, r)) seen.insert(p);
+  }
+  EXPECT_EQ(seen.size(), 12u);
+}
+
+TEST(Reference, ThreadCountDoesNotChangeResults) {
+  const Batch b = batch_of(mha(8, 2, 16, 8), random_requests(23, 5, 0, 40, 20), 23);
+  ReferenceOptions one, three;
+  one.threads = 1;
+  three.threads = 3;
+  const ReferenceResult a = compute_reference(b, one), c = compute_reference(b, three);
+  EXPECT_EQ(a.o, c.o);
+  EXPECT_EQ(a.lse, c.lse);
+}
+
+TEST(Reference, RejectsInconsistentBatches) {
+  const Batch good = batch_of(mha(4, 2, 8, 8), {{3, 2}, {1, 1}}, 24);
+  Batch b = good;
+  b.query_start_loc[1] = 1;
+  EXPECT_THROW(compute_reference(b), InputError);
+  b = good;
+  b.spec.num_kv_heads = 3;
+  EXPECT_THROW(compute_reference(b), InputError);
+  b = good;
+  b.spec.alibi = true;  // asked for, but no slopes: would silently drop ALiBi
+  EXPECT_THROW(compute_reference(b), InputError);
+  b = good;
+  b.sinks.assign(3, 0.5f);  // wrong length and not asked for
+  EXPECT_THROW(compute_reference(b), InputError);
+}
+
+}  // namespace
+}  // namespace attn

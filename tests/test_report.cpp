@@ -1,0 +1,472 @@
+// Results files: CSV round trip and error paths, JSON escaping, the console table, atomic
+// writes, JUnit and the compare gate.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "report/columns.hpp"
+#include "report/compare.hpp"
+#include "report/results.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("attn-report-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+// A row with every field random, strings with the characters CSV and JSON must escape.
+ResultRow random_row(std::mt19937_64& rng, int i) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> big(0, int64_t{1} << 50);
+  const std::vector<std::string> nasty = {
+      "plain", "with, comma", "with \"quotes\"", "multi\nline\r\nreason", "back\\slash \\n literal",
+      " leading and trailing ", "", "tab\there", "unicode \xc3\xa9\xe2\x9c\x93", "\"", ",,,", "a\"\",b"};
+  ResultRow r;
+  for (const ResultColumn& c : kResultColumns) {
+    std::visit(
+        [&](auto member) {
+          auto& v = r.*member;
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::string>) {
+            v = nasty[rng() % nasty.size()] + std::to_string(i);
+          } else if constexpr (std::is_same_v<V, bool>) {
+            v = rng() & 1;
+          } else if constexpr (std::is_same_v<V, double>) {
+            v = u(rng) * std::pow(10.0, static_cast<int>(rng() % 40) - 20);
+          } else if constexpr (std::is_same_v<V, int64_t>) {
+            v = big(rng);
+          } else {
+            v = static_cast<int>(rng() % 100000) - 10;
+          }
+        },
+        c.field);
+  }
+  const char* statuses[] = {"pass", "fail", "skipped", "error"};
+  r.status = statuses[i % 4];
+  return r;
+}
+
+void expect_same_rows(const std::vector<ResultRow>& a, const std::vector<ResultRow>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const ResultColumn& c : kResultColumns)
+      EXPECT_EQ(field_text(a[i], c), field_text(b[i], c)) << "row " << i << " column " << c.name;
+}
+
+// ---- CSV ----------------------------------------------------------------------------------
+
+TEST(ReportCsv, HeaderIsTheDocumentedColumnOrder) {
+  const std::string csv = rows_to_csv({});
+  const std::vector<std::string> names = result_column_names();
+  ASSERT_EQ(names.size(), kResultColumns.size());
+  std::string header;
+  for (size_t i = 0; i < names.size(); ++i) header += (i ? "," : "") + names[i];
+  EXPECT_EQ(csv, header + "\n");
+  EXPECT_EQ(names.front(), "scenario");
+  EXPECT_NE(std::find(names.begin(), names.end(), "median_time_us"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "tb_per_sec"), names.end());
+}
+
+TEST(ReportCsv, RoundTripIsExact) {
+  TempDir dir;
+  std::mt19937_64 rng(1234);
+  std::vector<ResultRow> rows;
+  for (int i = 0; i < 40; ++i) rows.push_back(random_row(rng, i));
+  rows[0].median_time_us = std::numeric_limits<double>::infinity();
+  rows[1].rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  rows[2].max_abs_err = 0.1 + 0.2;  // needs 17 digits
+  rows[3].tflops = 5e-324;          // the smallest subnormal
+  const std::string path = dir.file("results.csv");
+  write_csv(path, rows);
+  EXPECT_EQ(slurp(path), rows_to_csv(rows));
+  const std::vector<ResultRow> back = read_csv(path);
+  expect_same_rows(rows, back);
+  EXPECT_EQ(back[2].max_abs_err, 0.1 + 0.2);
+  EXPECT_EQ(back[0].reason.find('\n') == std::string::npos, rows[0].reason.find('\n') == std::string::npos);
+  // Every row is one physical line: header + 40.
+  const std::string text = slurp(path);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 41);
+}
+
+TEST(ReportCsv, ReasonsWithCommasAndQuotesAreQuoted) {
+  ResultRow r;
+  r.scenario = "s";
+  r.backend = "b";
+  r.reason = "head size 80 unsupported, needs \"64|128\"";
+  const std::string csv = rows_to_csv({r});
+  EXPECT_NE(csv.find("\"head size 80 unsupported, needs \"\"64|128\"\"\""), std::string::npos) << csv;
+}
+
+TEST(ReportCsv, ReadsReorderedOlderAndNewerFiles) {
+  TempDir dir;
+  const std::string path = dir.file("old.csv");
+  spit(path,
+       "backend, scenario ,status,median_time_us,future_column\n"
+       "cpu,decode-1,pass,12.5,whatever\n"
+       "\"fa,2\",\"x \"\"y\"\"\",skipped,0,\n");
+  const std::vector<ResultRow> rows = read_csv(path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].scenario, "decode-1");
+  EXPECT_EQ(rows[0].backend, "cpu");
+  EXPECT_EQ(rows[0].median_time_us, 12.5);
+  EXPECT_EQ(rows[0].tflops, 0);  // missing column: the default
+  EXPECT_EQ(rows[1].backend, "fa,2");
+  EXPECT_EQ(rows[1].scenario, "x \"y\"");
+  EXPECT_EQ(rows[1].status, "skipped");
+}
+
+void expect_input_error(const std::string& path, const std::vector<std::string>& needles) {
+  try {
+    read_csv(path);
+    ADD_FAILURE() << "no InputError for " << path;
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    for (const std::string& n : needles) EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
+  }
+}
+
+TEST(ReportCsv, MalformedFilesNameFileAndLine) {
+  TempDir dir;
+  const std::string header = rows_to_csv({});
+  ResultRow r;
+  r.scenario = "s";
+  r.backend = "cpu";
+  const std::string good = rows_to_csv({r}).substr(header.size());
+
+  const std::string missing = dir.file("missing.csv");
+  expect_input_error(missing, {missing, "cannot open"});
+
+  const std::string bad_number = dir.file("bad_number.csv");
+  std::string line = good;
+  line.replace(line.find(",0,"), 3, ",abc,");  // num_q_heads, the first number
+  spit(bad_number, header + good + line);
+  expect_input_error(bad_number, {bad_number + ":3", "num_q_heads = abc"});
+
+  const std::string short_row = dir.file("short.csv");
+  spit(short_row, header + good + good + "s,cpu,pass\n");
+  expect_input_error(short_row, {short_row + ":4", "malformed CSV"});
+
+  const std::string open_quote = dir.file("quote.csv");
+  spit(open_quote, header + "\"s,cpu" + good.substr(good.find(",cpu") + 4));
+  expect_input_error(open_quote, {open_quote + ":2"});
+
+  const std::string no_status = dir.file("no_status.csv");
+  spit(no_status, "scenario,backend,median_time_us\ns,cpu,1\n");
+  expect_input_error(no_status, {no_status, "status", "missing column"});
+
+  const std::string bad_status = dir.file("bad_status.csv");
+  spit(bad_status, "scenario,backend,status\ns,cpu,pass\ns,fa,maybe\n");
+  expect_input_error(bad_status, {bad_status + ":3", "maybe", "unknown status"});
+
+  const std::string bad_bool = dir.file("bad_bool.csv");
+  spit(bad_bool, "scenario,backend,status,causal\ns,cpu,pass,yes\n");
+  expect_input_error(bad_bool, {bad_bool + ":2", "causal"});
+
+  const std::string empty = dir.file("empty.csv");
+  spit(empty, "");
+  expect_input_error(empty, {empty});
+}
+
+// ---- JSON ---------------------------------------------------------------------------------
+
+TEST(ReportJson, SchemaEscapingAndNonFinite) {
+  ResultRow r;
+  r.scenario = "quote\" back\\ nl\n tab\t ctl\x01 \xc3\xa9";
+  r.backend = "cpu";
+  r.median_time_us = 12.25;
+  r.rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  r.tflops = std::numeric_limits<double>::infinity();
+  r.causal = true;
+  r.alibi = false;
+  r.num_tokens = int64_t{1} << 40;
+  const std::string j = rows_to_json({r, r});
+  EXPECT_EQ(j.rfind("{\n  \"schema\": \"attn-bench-results/1\",\n  \"rows\": [", 0), 0u) << j;
+  EXPECT_NE(j.find("\"scenario\": \"quote\\\" back\\\\ nl\\n tab\\t ctl\\u0001 \xc3\xa9\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"median_time_us\": 12.25"), std::string::npos);
+  EXPECT_NE(j.find("\"rel_l2\": null"), std::string::npos);
+  EXPECT_NE(j.find("\"tflops\": null"), std::string::npos);
+  EXPECT_NE(j.find("\"causal\": true"), std::string::npos);
+  EXPECT_NE(j.find("\"alibi\": false"), std::string::npos);
+  EXPECT_NE(j.find("\"num_tokens\": 1099511627776"), std::string::npos);
+  // No raw control character survives.
+  for (char ch : j) EXPECT_TRUE(ch == '\n' || static_cast<unsigned char>(ch) >= 0x20);
+  // Two rows, one per line, separated by a comma.
+  EXPECT_NE(j.find("},\n    {"), std::string::npos);
+  EXPECT_EQ(rows_to_json({}), "{\n  \"schema\": \"attn-bench-results/1\",\n  \"rows\": []\n}\n");
+
+  TempDir dir;
+  write_json(dir.file("r.json"), {r});
+  EXPECT_EQ(slurp(dir.file("r.json")), rows_to_json({r}));
+}
+
+// ---- console table ------------------------------------------------------------------------
+
+TEST(ReportTable, AlignedColumnsAndDashesForSkipped) {
+  ResultRow a;
+  a.scenario = "llama3-8b-decode";
+  a.backend = "cpu";
+  a.num_reqs = 48;
+  a.num_tokens = 48;
+  a.max_abs_err = 3.1e-3;
+  a.rel_l2 = 2e-4;
+  a.median_time_us = 1234.5678;
+  a.samples = 10;
+  a.tflops = 1.25;
+  a.tb_per_sec = 0.0421;
+  a.pct_peak_bw = 37.2;
+  ResultRow s = a;
+  s.backend = "FLASH_ATTN";
+  s.status = "skipped";
+  s.reason = std::string(100, 'x');
+  const std::string t = format_table({a, s});
+  std::vector<std::string> lines;
+  std::stringstream ss(t);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("scenario", 0), 0u);
+  for (const char* h : {"backend", "status", "reqs", "tokens", "max_abs_err", "rel_l2", "median_us", "TFLOP/s", "GB/s",
+                        "%peak", "reason"})
+    EXPECT_NE(lines[0].find(h), std::string::npos) << h;
+  // Columns line up: "status" starts where each row's status does.
+  const size_t col = lines[0].find("status");
+  EXPECT_EQ(lines[1].substr(col, 4), "pass");
+  EXPECT_EQ(lines[2].substr(col, 7), "skipped");
+  EXPECT_NE(lines[1].find("1234.57"), std::string::npos);
+  EXPECT_NE(lines[1].find(" 42 "), std::string::npos);  // GB/s
+  EXPECT_NE(lines[1].find("37%"), std::string::npos);
+  EXPECT_NE(lines[2].find(" - "), std::string::npos);
+  EXPECT_NE(lines[2].find("xxx..."), std::string::npos);  // long reasons are cut
+  EXPECT_EQ(lines[2].find(std::string(100, 'x')), std::string::npos);
+}
+
+// ---- atomic writes ------------------------------------------------------------------------
+
+TEST(ReportAtomic, WritesAndReplaces) {
+  TempDir dir;
+  const std::string path = dir.file("out.txt");
+  write_file_atomic(path, "first");
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  write_file_atomic(path, std::string(100000, 'z'));
+  EXPECT_EQ(slurp(path), std::string(100000, 'z'));
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  // Only the target remains: no temp file left behind.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(ReportAtomic, FailureLeavesNoFile) {
+  TempDir dir;
+  // A folder that does not exist.
+  const std::string nowhere = dir.file("no/such/folder/out.csv");
+  try {
+    write_file_atomic(nowhere, "x");
+    ADD_FAILURE() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find(nowhere), std::string::npos) << e.what();
+  }
+  // The target is a folder: the rename fails after the temp file was written, and is removed.
+  const std::string folder = dir.file("a-folder");
+  fs::create_directory(folder);
+  EXPECT_THROW(write_csv(folder, {}), RuntimeError);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  // An unwritable folder (permissions do not bind root, which the check above covers).
+  if (::geteuid() != 0) {
+    const std::string ro = dir.file("ro");
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_THROW(write_json(ro + "/r.json", {}), RuntimeError);
+    fs::permissions(ro, fs::perms::owner_all);
+    EXPECT_TRUE(fs::is_empty(ro));
+  }
+}
+
+// ---- JUnit --------------------------------------------------------------------------------
+
+TEST(ReportJunit, SuitesCasesFailuresAndSkips) {
+  std::vector<ResultRow> rows(4);
+  rows[0].scenario = rows[1].scenario = "decode";
+  rows[2].scenario = rows[3].scenario = "prefill <&>";
+  rows[0].backend = rows[2].backend = "cpu";
+  rows[1].backend = rows[3].backend = "FLASH_ATTN";
+  rows[1].status = "fail";
+  rows[1].reason = "rel_l2 0.5 > 0.01 & \"worse\"";
+  rows[2].status = "skipped";
+  rows[2].reason = "head size 80 <unsupported>";
+  rows[3].status = "error";
+  rows[3].reason = "CUDA error";
+  const std::string x = rows_to_junit(rows);
+  EXPECT_EQ(x.rfind("<?xml", 0), 0u);
+  EXPECT_NE(x.find("<testsuites name=\"attn-bench\" tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\">"),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("<testsuite name=\"decode\" tests=\"2\" failures=\"1\" errors=\"0\" skipped=\"0\">"),
+            std::string::npos);
+  EXPECT_NE(x.find("<testsuite name=\"prefill &lt;&amp;&gt;\" tests=\"2\""), std::string::npos);
+  EXPECT_NE(x.find("<failure message=\"rel_l2 0.5 &gt; 0.01 &amp; &quot;worse&quot;\">"), std::string::npos) << x;
+  EXPECT_NE(x.find("<skipped message=\"head size 80 &lt;unsupported&gt;\"/>"), std::string::npos);
+  EXPECT_NE(x.find("<error message=\"CUDA error\">"), std::string::npos);
+  EXPECT_NE(x.find("name=\"cpu\" time=\"0\"/>"), std::string::npos);  // a pass is an empty testcase
+  EXPECT_EQ(std::count(x.begin(), x.end(), '<') - std::count(x.begin(), x.end(), '>'), 0);
+
+  TempDir dir;
+  write_junit(dir.file("j.xml"), rows);
+  EXPECT_EQ(slurp(dir.file("j.xml")), x);
+}
+
+// ---- compare gate -------------------------------------------------------------------------
+
+ResultRow timed(const std::string& scenario, const std::string& backend, double us, const std::string& status = "pass") {
+  ResultRow r;
+  r.scenario = scenario;
+  r.backend = backend;
+  r.status = status;
+  r.median_time_us = us;
+  r.samples = us > 0 ? 10 : 0;
+  return r;
+}
+
+TEST(ReportCompare, ParseSlowdown) {
+  EXPECT_DOUBLE_EQ(parse_slowdown("5%"), 0.05);
+  EXPECT_DOUBLE_EQ(parse_slowdown("0.05"), 0.05);
+  EXPECT_DOUBLE_EQ(parse_slowdown(" 12.5% "), 0.125);
+  EXPECT_DOUBLE_EQ(parse_slowdown("0"), 0.0);
+  for (const char* bad : {"", "%", "abc", "-1%", "5%%", "0.05x", "nan", "inf"}) {
+    EXPECT_THROW(parse_slowdown(bad), InputError) << bad;
+  }
+  try {
+    parse_slowdown("fast", "--max-slowdown");
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-slowdown = fast"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReportCompare, SlowdownThreshold) {
+  const std::vector<ResultRow> base = {timed("a", "cpu", 100), timed("b", "cpu", 200), timed("c", "cpu", 50)};
+  CompareOptions opts;
+  opts.max_slowdown = parse_slowdown("5%");
+
+  CompareReport r = compare_results(base, {timed("a", "cpu", 104), timed("b", "cpu", 210), timed("c", "cpu", 40)}, opts);
+  EXPECT_TRUE(r.pass) << r.verdict;  // +4%, exactly +5%, -20%
+  EXPECT_EQ(r.slowdowns, 0);
+  EXPECT_EQ(r.rows[2].change, CompareChange::faster);
+  EXPECT_NEAR(r.rows[0].ratio, 1.04, 1e-12);
+  EXPECT_NEAR(r.rows[0].slowdown, 0.04, 1e-12);
+  EXPECT_EQ(r.verdict.rfind("PASS", 0), 0u);
+
+  r = compare_results(base, {timed("a", "cpu", 106), timed("b", "cpu", 200), timed("c", "cpu", 50)}, opts);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.slowdowns, 1);
+  EXPECT_EQ(r.rows[0].change, CompareChange::slower);
+  EXPECT_TRUE(r.rows[0].regression);
+  EXPECT_EQ(r.verdict.rfind("FAIL", 0), 0u);
+  const std::string table = format_compare(r);
+  EXPECT_NE(table.find("+6.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("REGRESSION"), std::string::npos);
+  EXPECT_NE(table.find(r.verdict), std::string::npos);
+
+  opts.max_slowdown = 0.10;  // the same data under a looser gate
+  EXPECT_TRUE(compare_results(base, {timed("a", "cpu", 106), timed("b", "cpu", 200), timed("c", "cpu", 50)}, opts).pass);
+}
+
+TEST(ReportCompare, StatusRegressionsFailTheGate) {
+  const std::vector<ResultRow> base = {timed("a", "cpu", 100), timed("b", "cpu", 100), timed("c", "fa", 0, "skipped"),
+                                       timed("d", "fa", 100, "fail")};
+  const std::vector<ResultRow> next = {timed("a", "cpu", 100, "fail"), timed("b", "cpu", 0, "skipped"),
+                                       timed("c", "fa", 100, "error"), timed("d", "fa", 300, "pass")};
+  const CompareReport r = compare_results(base, next);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.status_regressions, 3);
+  EXPECT_EQ(r.rows[0].change, CompareChange::status_worse);
+  EXPECT_EQ(r.rows[1].change, CompareChange::status_worse);
+  EXPECT_EQ(r.rows[2].change, CompareChange::status_worse);
+  EXPECT_EQ(r.rows[3].change, CompareChange::status_better);  // fixed: its slower time is not gated
+  EXPECT_FALSE(r.rows[3].regression);
+  EXPECT_NE(format_compare(r).find("pass -> fail"), std::string::npos);
+}
+
+TEST(ReportCompare, AddedAndRemovedAreReportedNotGated) {
+  const std::vector<ResultRow> base = {timed("a", "cpu", 100), timed("gone", "cpu", 100)};
+  const std::vector<ResultRow> next = {timed("new", "fa", 10), timed("a", "cpu", 101), timed("new", "cpu", 0, "skipped")};
+  const CompareReport r = compare_results(base, next);
+  EXPECT_TRUE(r.pass) << r.verdict;
+  EXPECT_EQ(r.added, 2);
+  EXPECT_EQ(r.removed, 1);
+  EXPECT_EQ(r.compared, 1);
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_EQ(r.rows[1].change, CompareChange::removed);
+  EXPECT_EQ(r.rows[2].change, CompareChange::added);
+  EXPECT_EQ(r.rows[2].scenario, "new");
+  EXPECT_EQ(r.rows[2].backend, "fa");
+  EXPECT_NE(r.verdict.find("2 added, 1 removed"), std::string::npos) << r.verdict;
+}
+
+TEST(ReportCompare, DuplicateKeysAreAnInputError) {
+  EXPECT_THROW(compare_results({timed("a", "cpu", 1), timed("a", "cpu", 2)}, {}), InputError);
+  EXPECT_THROW(compare_results({}, {timed("a", "cpu", 1), timed("a", "cpu", 2)}), InputError);
+  CompareOptions bad;
+  bad.max_slowdown = -0.1;
+  EXPECT_THROW(compare_results({}, {}, bad), InputError);
+}
+
+TEST(ReportCompare, WorksOnFilesReadBack) {
+  TempDir dir;
+  write_csv(dir.file("base.csv"), {timed("a, with comma", "cpu", 100)});
+  write_csv(dir.file("new.csv"), {timed("a, with comma", "cpu", 130)});
+  const CompareReport r = compare_results(read_csv(dir.file("base.csv")), read_csv(dir.file("new.csv")));
+  EXPECT_FALSE(r.pass);
+  EXPECT_NEAR(r.rows[0].slowdown, 0.30, 1e-12);
+}
+
+TEST(ReportStatus, NamesRoundTrip) {
+  for (RowStatus s : {RowStatus::pass, RowStatus::fail, RowStatus::skipped, RowStatus::error})
+    EXPECT_EQ(parse_row_status(to_string(s)), s);
+  EXPECT_FALSE(parse_row_status("PASS"));
+  EXPECT_FALSE(parse_row_status(""));
+}
+
+}  // namespace
+}  // namespace attn
