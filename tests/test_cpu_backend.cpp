@@ -250,6 +250,8 @@ std::vector<FeatureCase> feature_cases() {
          s.v_scale = 3.0f;
        }),
        ragged},
+      {"VHeadSizeDiffersFromQk", with(mha_spec(6, 2, 64, DType::bf16, 16, KvLayout::HND), [](auto& s) { s.head_size_v = 40; }),
+       ragged},
       {"SharedPrefixWithoutCascade", mha_spec(4, 2, 32), {{40, 1}, {33, 7}, {32, 1}}, 32},
       {"EverythingAtOnce", with(mha_spec(14, 2, 32, DType::bf16, 16, KvLayout::HND), [](auto& s) {
          s.sliding_window = 24;

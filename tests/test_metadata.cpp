@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "metadata/common.hpp"
+#include "model/scenario.hpp"
 
 namespace attn {
 namespace {
@@ -494,6 +495,36 @@ TEST(MetadataCascade, RejectsBadHardwareOrHeads) {
   EXPECT_THROW(use_cascade_attention(512, q, 32, 8, false, false, false, 0), InputError);
   EXPECT_THROW(use_cascade_attention(512, q, 32, 7, false, false, false, 132), InputError);
   EXPECT_THROW(use_cascade_attention(512, q, 32, 0, false, false, false, 132), InputError);
+}
+
+// ---- on a generated batch ---------------------------------------------------------------------
+
+TEST(MetadataIntegration, GeneratedBatchWithSharedPrefix) {
+  // 11 decodes around 2 prefill chunks, a 288-token (18-block) shared prefix.
+  Scenario s = scenario_from_cli("llama3-8b", "5x1@700,1x40@320,6x1@1500,1x64@900", 11);
+  s.batch.shared_prefix_len = 288;
+  const Batch b = make_batch(s.spec, expand_shapes(s).front(), s.seed);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  ASSERT_EQ(m.num_reqs, 13);
+  EXPECT_EQ(m.num_actual_tokens, 5 + 40 + 6 + 64);
+  EXPECT_EQ(m.max_seq_len, 1501);
+  for (int r = 0; r < m.num_reqs; ++r) {
+    for (int i = 0; i < m.query_len(r); ++i) {
+      const int pos = m.num_computed_tokens[r] + i;
+      ASSERT_EQ(m.slot_mapping[m.query_start_loc[r] + i],
+                int64_t{m.block_table[r * m.max_blocks_per_req + pos / b.block_size]} * b.block_size +
+                    pos % b.block_size);
+    }
+  }
+  const I32 q = query_lens_of(m);
+  const CommonAttentionMetadata p = permute_requests(m, reorder_batch_to_split_decodes_and_prefills(q));
+  expect_split(split_decodes_and_prefills(p), 11, 2, 11, 104);
+  // min(num_computed_tokens) = 320 caps nothing. 13 requests >= 8, and a prefill turns
+  // FlashDecoding off, so cascade is taken.
+  const int prefix = common_prefix_len(b, p);
+  EXPECT_EQ(prefix, 288);
+  const CascadeDecision d = use_cascade_attention(prefix, query_lens_of(p), 32, 8, false, false, false, 132);
+  EXPECT_TRUE(d.use) << d.reason;
 }
 
 }  // namespace

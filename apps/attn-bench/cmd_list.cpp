@@ -42,6 +42,9 @@ int run_list(Format fmt_) {
     backends.rows.push_back({be->name(), a.ok ? "yes" : "no: " + a.reason, be->description(), feats});
   }
   if (fmt_ == Format::table) {
+    // Features are listed one per line below the table, where they stay readable.
+    backends.columns.pop_back();
+    for (auto& row : backends.rows) row.pop_back();
     fmt::print("{}\n\nModel presets\n{}\nBackends (selector order: `auto` takes the first available one that "
                "supports the batch)\n{}",
                build_info(), presets.render(fmt_), backends.render(fmt_));

@@ -30,8 +30,7 @@ struct Where {
   std::string value;
 };
 
-[[noreturn]] void fail(const std::string& file, const Where& w, const std::string& what,
-                       const std::string& hint = {}) {
+[[noreturn]] void fail(const std::string& file, const Where& w, const std::string& what, const std::string& hint = {}) {
   throw InputError(input_error_message(file, w.line, w.key, w.value, what, hint));
 }
 
@@ -56,19 +55,20 @@ std::string value_text(const toml::node& n) {
   return s;
 }
 
+// Edits (insert, delete, substitute, swap two neighbours) turning a into b: typos as people make them.
 std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0u : 1u)});
-      diag = up;
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0u : 1u)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
-  return row[b.size()];
+  return d[n][m];
 }
 
 std::string join(const std::vector<std::string>& words) {
@@ -102,8 +102,7 @@ struct Field {
 // reject values of the wrong type. `path` is the dotted name used in messages ("model.mla").
 class Section {
  public:
-  Section(const std::string& file, const toml::table& t, std::string path,
-          std::initializer_list<std::string_view> keys)
+  Section(const std::string& file, const toml::table& t, std::string path, std::initializer_list<std::string_view> keys)
       : file_(file), table_(t), path_(std::move(path)) {
     std::vector<std::string> known(keys.begin(), keys.end());
     for (auto&& [k, v] : t) {
@@ -179,13 +178,20 @@ class Section {
 
   static std::string type_name(const toml::node& n) {
     switch (n.type()) {
-      case toml::node_type::table: return "a table";
-      case toml::node_type::array: return "an array";
-      case toml::node_type::string: return "a string";
-      case toml::node_type::integer: return "an integer";
-      case toml::node_type::floating_point: return "a float";
-      case toml::node_type::boolean: return "a boolean";
-      default: return "a date/time";
+      case toml::node_type::table:
+        return "a table";
+      case toml::node_type::array:
+        return "an array";
+      case toml::node_type::string:
+        return "a string";
+      case toml::node_type::integer:
+        return "an integer";
+      case toml::node_type::floating_point:
+        return "a float";
+      case toml::node_type::boolean:
+        return "a boolean";
+      default:
+        return "a date/time";
     }
   }
 
@@ -281,8 +287,10 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
     o.head_size_qk = o.head_size_v = head_size->where;
     o.head_qk_explicit = o.head_v_explicit = true;
   }
-  if (head_qk) spec.head_size_qk = static_cast<int>(head_qk->value), o.head_size_qk = head_qk->where, o.head_qk_explicit = true;
-  if (head_v) spec.head_size_v = static_cast<int>(head_v->value), o.head_size_v = head_v->where, o.head_v_explicit = true;
+  if (head_qk)
+    spec.head_size_qk = static_cast<int>(head_qk->value), o.head_size_qk = head_qk->where, o.head_qk_explicit = true;
+  if (head_v)
+    spec.head_size_v = static_cast<int>(head_v->value), o.head_size_v = head_v->where, o.head_v_explicit = true;
 
   if (const auto f = m.string("dtype")) {
     const std::optional<DType> d = parse_dtype(f->value);
@@ -321,14 +329,16 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
       spec.scale = static_cast<float>(f->value);
     }
   }
-  if (const auto f = m.integer_in("sliding_window", 0, "must be >= 0 (0 = off)")) spec.sliding_window = static_cast<int>(f->value);
+  if (const auto f = m.integer_in("sliding_window", 0, "must be >= 0 (0 = off)"))
+    spec.sliding_window = static_cast<int>(f->value);
   if (const auto f = m.number("logits_soft_cap")) {
     if (f->value < 0.0) fail(file, f->where, "must be >= 0 (0 = off)");
     spec.logits_soft_cap = static_cast<float>(f->value);
   }
   if (const auto f = m.boolean("alibi")) spec.alibi = f->value;
   if (const auto f = m.boolean("sinks")) spec.sinks = f->value;
-  if (const auto f = m.boolean("causal")) spec.attn_type = f->value ? AttentionType::decoder : AttentionType::encoder_only;
+  if (const auto f = m.boolean("causal"))
+    spec.attn_type = f->value ? AttentionType::decoder : AttentionType::encoder_only;
 
   if (const toml::table* t = m.table("mla")) {
     const Section ml(file, *t, "model.mla", {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"});
@@ -356,9 +366,10 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
 
   if (spec.num_q_heads % spec.num_kv_heads != 0) {
     const Where& w = o.num_kv_heads_explicit ? o.num_kv_heads : o.num_q_heads;
-    fail(file, w, "num_kv_heads (" + fmt_int(spec.num_kv_heads) + ") must divide num_q_heads (" +
-                      fmt_int(spec.num_q_heads) + ")",
-         "each kv head serves num_q_heads / num_kv_heads query heads");
+    fail(
+        file, w,
+        "num_kv_heads (" + fmt_int(spec.num_kv_heads) + ") must divide num_q_heads (" + fmt_int(spec.num_q_heads) + ")",
+        "each kv head serves num_q_heads / num_kv_heads query heads");
   }
   if (spec.scale == 0.0f) spec.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.head_size_qk)));
   return o;
@@ -387,8 +398,7 @@ LengthDist parse_dist(const Section& parent, std::string_view key, int lo) {
   };
   auto reject = [&](std::initializer_list<std::string_view> keys) {
     for (std::string_view k : keys)
-      if (const toml::node* x = s.node(k))
-        fail(file, s.where(k, *x), "not used by dist = " + dist->value);
+      if (const toml::node* x = s.node(k)) fail(file, s.where(k, *x), "not used by dist = " + dist->value);
   };
   if (dist->value == "fixed") {
     require("value");
@@ -441,9 +451,9 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
   if (tbl == nullptr)
     fail(file, Where{"batch", 0, {}}, "missing [batch]",
          "give [[batch.requests]], [batch.random] or [batch.trace] (docs/SCENARIOS.md)");
-  const Section b(file, *tbl, "batch",
-                  {"shared_prefix_len", "local_attention_chunk", "block_allocation", "num_blocks", "requests",
-                   "random", "trace"});
+  const Section b(
+      file, *tbl, "batch",
+      {"shared_prefix_len", "local_attention_chunk", "block_allocation", "num_blocks", "requests", "random", "trace"});
   BatchConfig& bc = s.batch;
   o.shared_prefix_len = b.integer_in("shared_prefix_len", 0, "must be >= 0 (0 = no shared prefix)");
   if (o.shared_prefix_len) bc.shared_prefix_len = static_cast<int>(o.shared_prefix_len->value);
@@ -451,15 +461,15 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
   if (o.local_attention_chunk) bc.local_attention_chunk = static_cast<int>(o.local_attention_chunk->value);
   if (const auto f = b.choice("block_allocation", {"shuffled", "contiguous"}, "unknown block allocation"))
     bc.block_allocation = f->value == "shuffled" ? BlockAllocation::shuffled : BlockAllocation::contiguous;
-  if (const auto f = b.integer_in("num_blocks", 0, "must be >= 0 (0 = just enough)", std::numeric_limits<int64_t>::max()))
+  if (const auto f =
+          b.integer_in("num_blocks", 0, "must be >= 0 (0 = just enough)", std::numeric_limits<int64_t>::max()))
     bc.num_blocks = f->value;
 
   // Exactly one request source.
   std::vector<std::string> sources;
   for (const char* k : {"requests", "random", "trace"})
     if (b.node(k) != nullptr) sources.push_back(k);
-  if (sources.empty())
-    fail(file, b.self(), "no requests", "give [[batch.requests]], [batch.random] or [batch.trace]");
+  if (sources.empty()) fail(file, b.self(), "no requests", "give [[batch.requests]], [batch.random] or [batch.trace]");
   if (sources.size() > 1) {
     const toml::node* second = b.node(sources[1]);
     fail(file, b.where(sources[1], *second), "a batch takes exactly one of requests, random and trace",
@@ -500,7 +510,8 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
     if (!nr) fail(file, r.self(), "missing key \"num_requests\"");
     bc.random.num_requests = static_cast<int>(nr->value);
     if (r.node("context_len") == nullptr)
-      fail(file, r.self(), "missing key \"context_len\"", "e.g. context_len = { dist = \"uniform\", min = 0, max = 8192 }");
+      fail(file, r.self(), "missing key \"context_len\"",
+           "e.g. context_len = { dist = \"uniform\", min = 0, max = 8192 }");
     bc.random.context_len = parse_dist(r, "context_len", 0);
     o.random_context = r.where("context_len", *r.node("context_len"));
     bc.random.query_len.kind = LengthDist::Kind::fixed;
@@ -522,7 +533,8 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
       fail(file, f->where, "trace file not found",
            "looked for " + p.string() + "; a relative path is relative to the scenario's folder");
     tc.file = p.string();
-    if (const auto x = t.integer_in("max_num_batched_tokens", 1, "must be >= 1")) tc.max_num_batched_tokens = static_cast<int>(x->value);
+    if (const auto x = t.integer_in("max_num_batched_tokens", 1, "must be >= 1"))
+      tc.max_num_batched_tokens = static_cast<int>(x->value);
     if (const auto x = t.integer_in("max_num_seqs", 1, "must be >= 1")) tc.max_num_seqs = static_cast<int>(x->value);
     if (const auto x = t.number("step_ms")) {
       if (x->value <= 0.0) fail(file, x->where, "must be > 0 (milliseconds per scheduler step)");
@@ -533,7 +545,8 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
         if (n->as_string()->get() != "all") fail(file, t.where("step", *n), "expected a step number or \"all\"");
         tc.all_steps = true;
       } else {
-        tc.step = static_cast<long>(t.integer_in("step", 0, "must be >= 0", std::numeric_limits<int64_t>::max())->value);
+        tc.step =
+            static_cast<long>(t.integer_in("step", 0, "must be >= 0", std::numeric_limits<int64_t>::max())->value);
       }
     }
     if (const auto x = t.integer_in("max_steps", 0, "must be >= 0 (0 = until the trace drains)",
@@ -555,8 +568,9 @@ void check_batch(const std::string& file, const ModelOrigin& mo, const BatchOrig
     if (bc.source == BatchSource::groups) {
       for (std::size_t i = 0; i < bc.groups.size(); ++i) {
         if (bc.groups[i].context_len < bc.shared_prefix_len)
-          fail(file, w, "longer than the context_len (" + fmt_int(bc.groups[i].context_len) + ") of " +
-                            bo.group_context[i].key.substr(0, bo.group_context[i].key.rfind('.')),
+          fail(file, w,
+               "longer than the context_len (" + fmt_int(bc.groups[i].context_len) + ") of " +
+                   bo.group_context[i].key.substr(0, bo.group_context[i].key.rfind('.')),
                "the shared prefix is part of every request's cached context");
       }
     } else if (bc.source == BatchSource::random) {
@@ -571,8 +585,9 @@ void check_batch(const std::string& file, const ModelOrigin& mo, const BatchOrig
   if (!bo.local_attention_chunk) bc.local_attention_chunk = mo.local_attention_chunk;
   if (bc.local_attention_chunk > 0 && bc.local_attention_chunk % bs != 0) {
     const Where& w = bo.local_attention_chunk ? bo.local_attention_chunk->where : mo.block_size;
-    fail(file, w, "local_attention_chunk (" + fmt_int(bc.local_attention_chunk) + ") must be a multiple of block_size (" +
-                      fmt_int(bs) + ")");
+    fail(file, w,
+         "local_attention_chunk (" + fmt_int(bc.local_attention_chunk) + ") must be a multiple of block_size (" +
+             fmt_int(bs) + ")");
   }
 }
 
@@ -666,8 +681,7 @@ Scenario load_scenario(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in.good() && !in.eof())
-    throw InputError(input_error_message(path, 0, {}, {}, "cannot read the scenario file"));
+  if (!in.good() && !in.eof()) throw InputError(input_error_message(path, 0, {}, {}, "cannot read the scenario file"));
   std::string base = fs::path(path).parent_path().string();
   if (base.empty()) base = ".";
   return parse_scenario(text.str(), path, base);

@@ -93,8 +93,7 @@ std::vector<ModelPreset> build_presets() {
                "8192 on its local layers)",
                mha(40, 8, 128), 8192});
   p.push_back({"deepseek-v3", "deepseek-ai/DeepSeek-V3 config.json (MLA, 128 heads)", mla(128), 0});
-  p.push_back({"deepseek-v3-tp8",
-               "deepseek-ai/DeepSeek-V3 config.json (MLA, 128 heads) per rank of tensor parallel 8",
+  p.push_back({"deepseek-v3-tp8", "deepseek-ai/DeepSeek-V3 config.json (MLA, 128 heads) per rank of tensor parallel 8",
                mla(16), 0});
   return p;
 }

@@ -54,8 +54,8 @@ std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
       ran ? fmt::format("{:.2e}", r.max_abs_err) : "-",
       ran ? fmt::format("{:.2e}", r.rel_l2) : "-",
       timed ? fmt::format("{:.2f}", r.median_time_us) : "-",
-      timed ? fmt::format("{:.1f}", r.tflops) : "-",
-      timed ? fmt::format("{:.0f}", r.tb_per_sec * 1000.0) : "-",
+      timed ? fmt::format(fmt::runtime(r.tflops >= 10 ? "{:.1f}" : "{:.3g}"), r.tflops) : "-",
+      timed ? fmt::format(fmt::runtime(r.tb_per_sec >= 0.01 ? "{:.0f}" : "{:.3g}"), r.tb_per_sec * 1000.0) : "-",
       timed && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-",
       cut(r.reason, kMaxReason),
   };

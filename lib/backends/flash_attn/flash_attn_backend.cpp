@@ -299,7 +299,7 @@ class FlashAttnInstance final : public BackendInstance {
 
 class FlashAttnBackend final : public Backend {
  public:
-  std::string name() const override { return "FLASH_ATTN"; }
+  std::string name() const override { return "flash_attn"; }
   std::string description() const override {
     return "paged varlen attention (mma.sync tensor cores), split-KV decode, cascade over shared prefixes";
   }

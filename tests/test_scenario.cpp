@@ -1,0 +1,862 @@
+// Scenario files: presets, parsing, overrides, every error path (each message must name the
+// file, line, key and value), the compact --batch spec, random batches, and the shipped files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "metadata/common.hpp"
+#include "model/scenario.hpp"
+#include "model/spec.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kScenarioDir = std::string(ATTN_SOURCE_DIR) + "/scenarios";
+
+// A valid [batch] to append to files that test something else.
+const std::string kOneDecode = "[[batch.requests]]\ncount = 2\ncontext_len = 64\nquery_len = 1\n";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "<no InputError>";
+}
+
+void expect_has(const std::string& msg, const std::string& part) {
+  EXPECT_NE(msg.find(part), std::string::npos) << "expected \"" << part << "\" in: " << msg;
+}
+
+// ---- presets and ALiBi ---------------------------------------------------------------------
+
+TEST(ScenarioPresets, NumbersOfEveryPreset) {
+  struct Want {
+    const char* name;
+    int hq, hkv, dqk, dv, block, window, chunk;
+    float softcap;
+    bool sinks, mla;
+  };
+  const Want wants[] = {
+      {"llama3-8b", 32, 8, 128, 128, 16, 0, 0, 0.f, false, false},
+      {"llama3-70b-tp8", 8, 1, 128, 128, 16, 0, 0, 0.f, false, false},
+      {"qwen2-7b", 28, 4, 128, 128, 16, 0, 0, 0.f, false, false},
+      {"mistral-7b", 32, 8, 128, 128, 16, 4096, 0, 0.f, false, false},
+      {"gemma2-9b", 16, 8, 256, 256, 16, 4096, 0, 50.f, false, false},
+      {"gpt-oss-20b", 64, 8, 64, 64, 16, 128, 0, 0.f, true, false},
+      {"llama4-scout", 40, 8, 128, 128, 16, 0, 8192, 0.f, false, false},
+      {"deepseek-v3", 128, 1, 192, 128, 64, 0, 0, 0.f, false, true},
+      {"deepseek-v3-tp8", 16, 1, 192, 128, 64, 0, 0, 0.f, false, true},
+  };
+  EXPECT_EQ(model_presets().size(), std::size(wants));
+  std::set<std::string> names;
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.name);
+    const ModelPreset* p = find_preset(w.name);
+    ASSERT_NE(p, nullptr);
+    names.insert(p->name);
+    EXPECT_EQ(p->name, w.name);
+    EXPECT_NE(p->source.find("config"), std::string::npos) << p->source;
+    const AttentionSpec& s = p->spec;
+    EXPECT_EQ(s.num_q_heads, w.hq);
+    EXPECT_EQ(s.num_kv_heads, w.hkv);
+    EXPECT_EQ(s.head_size_qk, w.dqk);
+    EXPECT_EQ(s.head_size_v, w.dv);
+    EXPECT_EQ(s.block_size, w.block);
+    EXPECT_EQ(s.sliding_window, w.window);
+    EXPECT_EQ(p->local_attention_chunk, w.chunk);
+    EXPECT_EQ(s.logits_soft_cap, w.softcap);
+    EXPECT_EQ(s.sinks, w.sinks);
+    EXPECT_EQ(s.use_mla, w.mla);
+    EXPECT_EQ(s.dtype, DType::bf16);
+    EXPECT_EQ(s.kv_cache_dtype, DType::bf16);
+    EXPECT_FALSE(s.alibi);
+    EXPECT_TRUE(s.causal());
+    EXPECT_FLOAT_EQ(s.scale, static_cast<float>(1.0 / std::sqrt(w.dqk)));
+    if (w.mla) {
+      EXPECT_EQ(s.mla.kv_lora_rank, 512);
+      EXPECT_EQ(s.mla.qk_rope_head_dim, 64);
+      EXPECT_EQ(s.mla.qk_nope_head_dim, 128);
+      EXPECT_EQ(s.mla.v_head_dim, 128);
+    }
+  }
+  EXPECT_EQ(names.size(), std::size(wants));
+  EXPECT_EQ(find_preset("llama3"), nullptr);
+  EXPECT_EQ(find_preset(""), nullptr);
+}
+
+TEST(ScenarioAlibi, PowerOfTwoIsGeometric) {
+  for (int n : {1, 2, 4, 8, 16, 32, 64}) {
+    const std::vector<float> s = alibi_slopes(n);
+    ASSERT_EQ(s.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      // slope_i = (2^(-8/n))^(i+1), as a power of two exactly representable when 8(i+1)/n is an integer.
+      EXPECT_FLOAT_EQ(s[i], static_cast<float>(std::pow(std::pow(2.0, -8.0 / n), i + 1))) << n << " " << i;
+    }
+    EXPECT_FLOAT_EQ(s.back(), 1.0f / 256.0f) << n;  // the last head always gets 2^-8
+  }
+  const std::vector<float> eight = alibi_slopes(8);
+  EXPECT_EQ(eight.front(), 0.5f);
+  EXPECT_EQ(eight[2], 0.125f);
+}
+
+TEST(ScenarioAlibi, OtherCountsInterleaveTheNextPowerOfTwo) {
+  // 12 heads: the 8 slopes of n = 8, then the odd-indexed slopes of n = 16: 2^-0.5, 2^-1.5, ...
+  const std::vector<float> s = alibi_slopes(12);
+  ASSERT_EQ(s.size(), 12u);
+  const std::vector<float> eight = alibi_slopes(8), sixteen = alibi_slopes(16);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(s[i], eight[i]);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(s[8 + j], sixteen[2 * j]) << j;
+    EXPECT_FLOAT_EQ(s[8 + j], static_cast<float>(std::pow(2.0, -0.5 - j)));
+  }
+  // 40 heads (Llama-4 sized): 32 slopes, then 8 from the 64 sequence; all distinct, in (0, 1).
+  const std::vector<float> f = alibi_slopes(40);
+  ASSERT_EQ(f.size(), 40u);
+  EXPECT_EQ(std::set<float>(f.begin(), f.end()).size(), 40u);
+  for (float x : f) {
+    EXPECT_GT(x, 0.f);
+    EXPECT_LT(x, 1.f);
+  }
+  EXPECT_EQ(alibi_slopes(5)[4], static_cast<float>(std::pow(2.0, -1.0)));
+  EXPECT_TRUE(alibi_slopes(0).empty());
+}
+
+// ---- parsing ---------------------------------------------------------------------------------
+
+TEST(ScenarioParse, DefaultsNameAutoDtypeAndScale) {
+  const Scenario s =
+      parse_scenario("[model]\nnum_q_heads = 4\nnum_kv_heads = 2\nhead_size = 96\ndtype = \"fp16\"\n" + kOneDecode,
+                     "/some/dir/my_case.toml");
+  EXPECT_EQ(s.file, "/some/dir/my_case.toml");
+  EXPECT_EQ(s.name, "my_case");
+  EXPECT_EQ(s.description, "");
+  EXPECT_EQ(s.seed, 0u);
+  EXPECT_EQ(s.preset, "");
+  EXPECT_EQ(s.spec.num_q_heads, 4);
+  EXPECT_EQ(s.spec.num_kv_heads, 2);
+  EXPECT_EQ(s.spec.head_size_qk, 96);
+  EXPECT_EQ(s.spec.head_size_v, 96);
+  EXPECT_EQ(s.spec.dtype, DType::f16);
+  EXPECT_EQ(s.spec.kv_cache_dtype, DType::f16);  // "auto" = dtype
+  EXPECT_FLOAT_EQ(s.spec.scale, static_cast<float>(1.0 / std::sqrt(96.0)));
+  EXPECT_EQ(s.spec.kv_layout, KvLayout::NHD);
+  EXPECT_EQ(s.batch.source, BatchSource::groups);
+  ASSERT_EQ(s.batch.groups.size(), 1u);
+  EXPECT_EQ(s.batch.groups[0].count, 2);
+  EXPECT_EQ(s.batch.groups[0].context_len, 64);
+  EXPECT_EQ(s.batch.groups[0].query_len, 1);
+  EXPECT_EQ(s.run.backends, std::vector<std::string>{"auto"});
+  EXPECT_EQ(s.run.cascade, CascadeMode::auto_);
+  EXPECT_FALSE(s.check.atol.has_value());
+  EXPECT_EQ(s.check.sample_pairs, 0);
+}
+
+TEST(ScenarioParse, EveryKeyOfTheSpec) {
+  const std::string text = R"(name = "all_keys"
+description = "every key"
+seed = 1234
+[model]
+num_q_heads = 12
+num_kv_heads = 3
+head_size_qk = 80
+head_size_v = 64
+dtype = "bf16"
+kv_cache_dtype = "fp8_e5m2"
+k_scale = 0.5
+v_scale = "calc"
+block_size = 32
+kv_layout = "HND"
+scale = 0.25
+sliding_window = 100
+logits_soft_cap = 30
+alibi = true
+sinks = true
+causal = false
+[batch]
+shared_prefix_len = 64
+local_attention_chunk = 128
+block_allocation = "contiguous"
+num_blocks = 500
+[[batch.requests]]
+count = 3
+context_len = 64
+query_len = 7
+[[batch.requests]]
+context_len = 96
+[run]
+backends = ["cpu", "flash_attn"]
+warmup = 3
+iterations = 9
+cold_l2 = false
+cuda_graph = true
+num_layers = 4
+cascade = "off"
+[check]
+atol = 0.5
+rtol = 1
+max_rel_l2 = 0.02
+min_cosine = 0.99
+strict = true
+sample_pairs = 17
+)";
+  const Scenario s = parse_scenario(text, "x.toml");
+  EXPECT_EQ(s.name, "all_keys");
+  EXPECT_EQ(s.description, "every key");
+  EXPECT_EQ(s.seed, 1234u);
+  const AttentionSpec& m = s.spec;
+  EXPECT_EQ(m.num_q_heads, 12);
+  EXPECT_EQ(m.num_kv_heads, 3);
+  EXPECT_EQ(m.head_size_qk, 80);
+  EXPECT_EQ(m.head_size_v, 64);
+  EXPECT_EQ(m.dtype, DType::bf16);
+  EXPECT_EQ(m.kv_cache_dtype, DType::fp8_e5m2);
+  EXPECT_EQ(m.k_scale, 0.5f);
+  EXPECT_FALSE(m.k_scale_calc);
+  EXPECT_TRUE(m.v_scale_calc);
+  EXPECT_EQ(m.block_size, 32);
+  EXPECT_EQ(m.kv_layout, KvLayout::HND);
+  EXPECT_EQ(m.scale, 0.25f);
+  EXPECT_EQ(m.sliding_window, 100);
+  EXPECT_EQ(m.logits_soft_cap, 30.0f);
+  EXPECT_TRUE(m.alibi);
+  EXPECT_TRUE(m.sinks);
+  EXPECT_EQ(m.attn_type, AttentionType::encoder_only);
+  EXPECT_FALSE(m.use_mla);
+  EXPECT_EQ(s.batch.shared_prefix_len, 64);
+  EXPECT_EQ(s.batch.local_attention_chunk, 128);
+  EXPECT_EQ(s.batch.block_allocation, BlockAllocation::contiguous);
+  EXPECT_EQ(s.batch.num_blocks, 500);
+  ASSERT_EQ(s.batch.groups.size(), 2u);
+  EXPECT_EQ(s.batch.groups[1].count, 1);  // defaults: one decode
+  EXPECT_EQ(s.batch.groups[1].query_len, 1);
+  EXPECT_EQ(s.run.backends, (std::vector<std::string>{"cpu", "flash_attn"}));
+  EXPECT_EQ(s.run.warmup, 3);
+  EXPECT_EQ(s.run.iterations, 9);
+  EXPECT_FALSE(s.run.cold_l2);
+  EXPECT_TRUE(s.run.cuda_graph);
+  EXPECT_EQ(s.run.num_layers, 4);
+  EXPECT_EQ(s.run.cascade, CascadeMode::off);
+  EXPECT_EQ(s.check.atol, 0.5);
+  EXPECT_EQ(s.check.rtol, 1.0);
+  EXPECT_EQ(s.check.max_rel_l2, 0.02);
+  EXPECT_EQ(s.check.min_cosine, 0.99);
+  EXPECT_TRUE(s.check.strict);
+  EXPECT_EQ(s.check.sample_pairs, 17);
+}
+
+TEST(ScenarioParse, PresetThenExplicitOverrides) {
+  const Scenario s = parse_scenario(R"([model]
+preset = "gemma2-9b"
+num_kv_heads = 4
+dtype = "fp16"
+sliding_window = 0
+block_size = 32
+)" + kOneDecode,
+                                    "o.toml");
+  EXPECT_EQ(s.preset, "gemma2-9b");
+  EXPECT_EQ(s.spec.num_q_heads, 16);  // kept from the preset
+  EXPECT_EQ(s.spec.num_kv_heads, 4);  // overridden
+  EXPECT_EQ(s.spec.head_size_qk, 256);
+  EXPECT_EQ(s.spec.logits_soft_cap, 50.0f);
+  EXPECT_EQ(s.spec.sliding_window, 0);
+  EXPECT_EQ(s.spec.block_size, 32);
+  EXPECT_EQ(s.spec.dtype, DType::f16);
+  EXPECT_EQ(s.spec.kv_cache_dtype, DType::f16);  // auto follows the overridden dtype
+  EXPECT_FLOAT_EQ(s.spec.scale, 1.0f / 16.0f);
+
+  // A head size override re-derives the auto scale; the preset's local chunk carries over.
+  const Scenario l = parse_scenario("[model]\npreset = \"llama4-scout\"\nhead_size = 64\n" + kOneDecode, "l.toml");
+  EXPECT_EQ(l.spec.head_size_qk, 64);
+  EXPECT_EQ(l.spec.head_size_v, 64);
+  EXPECT_FLOAT_EQ(l.spec.scale, 0.125f);
+  EXPECT_EQ(l.batch.local_attention_chunk, 8192);
+  const Scenario l2 = parse_scenario(
+      "[model]\npreset = \"llama4-scout\"\n[batch]\nlocal_attention_chunk = 0\n" + kOneDecode, "l2.toml");
+  EXPECT_EQ(l2.batch.local_attention_chunk, 0);
+}
+
+TEST(ScenarioParse, MlaTableAndScale) {
+  const Scenario d = parse_scenario("[model]\npreset = \"deepseek-v3-tp8\"\n" + kOneDecode, "d.toml");
+  EXPECT_TRUE(d.spec.use_mla);
+  EXPECT_EQ(d.spec.num_kv_heads, 1);
+  EXPECT_EQ(d.spec.head_size_qk, 192);
+  EXPECT_EQ(d.spec.head_size_v, 128);
+  EXPECT_EQ(d.spec.block_size, 64);
+  EXPECT_FLOAT_EQ(d.spec.scale, static_cast<float>(1.0 / std::sqrt(192.0)));
+
+  const Scenario m = parse_scenario(R"([model]
+num_q_heads = 8
+[model.mla]
+kv_lora_rank = 256
+qk_rope_head_dim = 32
+qk_nope_head_dim = 64
+v_head_dim = 96
+)" + kOneDecode,
+                                    "m.toml");
+  EXPECT_TRUE(m.spec.use_mla);
+  EXPECT_EQ(m.spec.num_kv_heads, 1);
+  EXPECT_EQ(m.spec.mla.kv_lora_rank, 256);
+  EXPECT_EQ(m.spec.mla.latent_dim(), 288);
+  EXPECT_EQ(m.spec.head_size_qk, 96);
+  EXPECT_EQ(m.spec.head_size_v, 96);
+  EXPECT_FLOAT_EQ(m.spec.scale, static_cast<float>(1.0 / std::sqrt(96.0)));
+}
+
+TEST(ScenarioParse, KvScalesAndCausal) {
+  const Scenario s = parse_scenario(R"([model]
+preset = "llama3-8b"
+kv_cache_dtype = "fp8_e4m3"
+k_scale = "calc"
+v_scale = 2
+causal = true
+)" + kOneDecode,
+                                    "k.toml");
+  EXPECT_EQ(s.spec.kv_cache_dtype, DType::fp8_e4m3);
+  EXPECT_TRUE(s.spec.kv_fp8());
+  EXPECT_TRUE(s.spec.k_scale_calc);
+  EXPECT_FALSE(s.spec.v_scale_calc);
+  EXPECT_EQ(s.spec.v_scale, 2.0f);
+  EXPECT_TRUE(s.spec.causal());
+}
+
+TEST(ScenarioParse, RandomAndTraceSources) {
+  const Scenario r = parse_scenario(R"([model]
+preset = "llama3-8b"
+[batch.random]
+num_requests = 5
+context_len = { dist = "lognormal", mean = 1000, sigma = 0.5, min = 16, max = 4000 }
+query_len = 3
+)",
+                                    "r.toml");
+  EXPECT_EQ(r.batch.source, BatchSource::random);
+  EXPECT_EQ(r.batch.random.num_requests, 5);
+  EXPECT_EQ(r.batch.random.context_len.kind, LengthDist::Kind::lognormal);
+  EXPECT_EQ(r.batch.random.context_len.mean, 1000.0);
+  EXPECT_EQ(r.batch.random.context_len.sigma, 0.5);
+  EXPECT_EQ(r.batch.random.context_len.min, 16);
+  EXPECT_EQ(r.batch.random.context_len.max, 4000);
+  EXPECT_EQ(r.batch.random.query_len.kind, LengthDist::Kind::fixed);
+  EXPECT_EQ(r.batch.random.query_len.value, 3);
+
+  // The trace file resolves against the scenario's folder.
+  const Scenario t = parse_scenario(R"([model]
+preset = "llama3-8b"
+[batch.trace]
+file = "traces/azure_llm_2023_conv.csv"
+max_num_batched_tokens = 1024
+max_num_seqs = 32
+step = "all"
+step_ms = 20
+max_steps = 40
+)",
+                                    "t.toml", kScenarioDir);
+  EXPECT_EQ(t.batch.source, BatchSource::trace);
+  EXPECT_TRUE(fs::equivalent(t.batch.trace.file, kScenarioDir + "/traces/azure_llm_2023_conv.csv"));
+  EXPECT_EQ(t.batch.trace.max_num_batched_tokens, 1024);
+  EXPECT_EQ(t.batch.trace.max_num_seqs, 32);
+  EXPECT_TRUE(t.batch.trace.all_steps);
+  EXPECT_EQ(t.batch.trace.step_ms, 20.0);
+  EXPECT_EQ(t.batch.trace.max_steps, 40);
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+struct BadCase {
+  const char* label;
+  std::string text;
+  std::vector<std::string> parts;  // each must appear in the message (file:line, key = value, ...)
+};
+
+TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
+  const std::string llama = "[model]\npreset = \"llama3-8b\"\n";
+  const std::vector<BadCase> cases = {
+      {"unknown top-level key",
+       "seeed = 1\n" + llama + kOneDecode,
+       {"bad.toml:1:", "seeed = 1", "unknown key", "did you mean \"seed\"?"}},
+      {"unknown table",
+       "[modle]\npreset = \"llama3-8b\"\n" + kOneDecode,
+       {"bad.toml:1:", "modle", "did you mean \"model\"?"}},
+      {"unknown model key",
+       llama + "num_q_heds = 32\n" + kOneDecode,
+       {"bad.toml:3:", "model.num_q_heds = 32", "did you mean \"num_q_heads\"?"}},
+      {"unknown key, no near match",
+       llama + "flavour = \"x\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.flavour = \"x\"", "unknown key", "expected one of"}},
+      {"unknown group key",
+       llama + "[[batch.requests]]\ncount = 1\ncontxt_len = 5\n",
+       {"bad.toml:5:", "batch.requests[0].contxt_len = 5", "did you mean \"context_len\"?"}},
+      {"unknown mla key",
+       llama + "[model.mla]\nkv_lora_rnk = 5\n" + kOneDecode,
+       {"bad.toml:4:", "model.mla.kv_lora_rnk = 5", "did you mean \"kv_lora_rank\"?"}},
+      {"unknown dist key",
+       llama + "[batch.random]\nnum_requests = 2\ncontext_len = { dist = \"uniform\", min = 0, maxx = 5 }\n",
+       {"bad.toml:5:", "batch.random.context_len.maxx = 5", "did you mean \"max\"?"}},
+      {"unknown run key",
+       llama + kOneDecode + "[run]\niteration = 5\n",
+       {"bad.toml:8:", "run.iteration = 5", "did you mean \"iterations\"?"}},
+      {"unknown check key",
+       llama + kOneDecode + "[check]\nsample_pair = 5\n",
+       {"bad.toml:8:", "check.sample_pair = 5", "did you mean \"sample_pairs\"?"}},
+      {"wrong type: string for int",
+       "[model]\nnum_q_heads = \"32\"\n" + kOneDecode,
+       {"bad.toml:2:", "model.num_q_heads = \"32\"", "expected an integer"}},
+      {"wrong type: int for bool",
+       llama + "alibi = 1\n" + kOneDecode,
+       {"bad.toml:3:", "model.alibi = 1", "expected true or false"}},
+      {"wrong type: float seed", "seed = 1.5\n" + llama + kOneDecode, {"bad.toml:1:", "seed = 1.5", "integer"}},
+      {"wrong type: backends string",
+       llama + kOneDecode + "[run]\nbackends = \"cpu\"\n",
+       {"bad.toml:8:", "run.backends = \"cpu\"", "array"}},
+      {"wrong type: model not a table", "model = 3\n" + kOneDecode, {"bad.toml:1:", "model = 3", "expected a table"}},
+      {"kv heads do not divide",
+       "[model]\nnum_q_heads = 32\nnum_kv_heads = 5\n" + kOneDecode,
+       {"bad.toml:3:", "model.num_kv_heads = 5", "must divide num_q_heads (32)"}},
+      {"preset kv heads do not divide",
+       "[model]\npreset = \"qwen2-7b\"\nnum_q_heads = 30\n" + kOneDecode,
+       {"bad.toml:3:", "model.num_q_heads = 30", "must divide"}},
+      {"zero heads", "[model]\nnum_q_heads = 0\n" + kOneDecode, {"bad.toml:2:", "model.num_q_heads = 0", "positive"}},
+      {"negative head size",
+       llama + "head_size = -64\n" + kOneDecode,
+       {"bad.toml:3:", "model.head_size = -64", "positive"}},
+      {"zero v head size",
+       llama + "head_size_v = 0\n" + kOneDecode,
+       {"bad.toml:3:", "model.head_size_v = 0", "positive"}},
+      {"zero block size", llama + "block_size = 0\n" + kOneDecode, {"bad.toml:3:", "model.block_size = 0", "positive"}},
+      {"negative context",
+       llama + "[[batch.requests]]\ncontext_len = -3\n",
+       {"bad.toml:4:", "batch.requests[0].context_len = -3", ">= 0"}},
+      {"zero query",
+       llama + kOneDecode + "[[batch.requests]]\nquery_len = 0\n",
+       {"bad.toml:8:", "batch.requests[1].query_len = 0", ">= 1"}},
+      {"count < 1", llama + "[[batch.requests]]\ncount = 0\n", {"bad.toml:4:", "batch.requests[0].count = 0", ">= 1"}},
+      {"prefix longer than a context",
+       llama + "[batch]\nshared_prefix_len = 64\n" + kOneDecode + "[[batch.requests]]\ncontext_len = 32\n",
+       {"bad.toml:4:", "batch.shared_prefix_len = 64", "context_len (32) of batch.requests[1]"}},
+      {"prefix longer than the random minimum",
+       llama + "[batch]\nshared_prefix_len = 64\n[batch.random]\nnum_requests = 4\n"
+               "context_len = { dist = \"uniform\", min = 32, max = 900 }\n",
+       {"bad.toml:4:", "batch.shared_prefix_len = 64", "shortest context", "(32)"}},
+      {"prefix not whole blocks",
+       llama + "[batch]\nshared_prefix_len = 24\n" + kOneDecode,
+       {"bad.toml:4:", "batch.shared_prefix_len = 24", "multiple of block_size (16)"}},
+      {"local chunk not whole blocks",
+       llama + "[batch]\nlocal_attention_chunk = 100\n" + kOneDecode,
+       {"bad.toml:4:", "batch.local_attention_chunk = 100", "multiple of block_size (16)"}},
+      {"unknown dtype",
+       llama + "dtype = \"bf17\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.dtype = \"bf17\"", "unknown model dtype", "did you mean \"bf16\"?"}},
+      {"fp8 model dtype",
+       llama + "dtype = \"fp8_e4m3\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.dtype = \"fp8_e4m3\"", "unknown model dtype"}},
+      {"unknown cache dtype",
+       llama + "kv_cache_dtype = \"int4\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.kv_cache_dtype = \"int4\"", "unknown kv cache dtype"}},
+      {"unknown layout",
+       llama + "kv_layout = \"NDH\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.kv_layout = \"NDH\"", "layout"}},
+      {"unknown dist",
+       llama + "[batch.random]\nnum_requests = 2\ncontext_len = { dist = \"normal\", value = 3 }\n",
+       {"bad.toml:5:", "batch.random.context_len.dist = \"normal\"", "unknown length distribution"}},
+      {"unknown preset",
+       "[model]\npreset = \"llama3-8\"\n" + kOneDecode,
+       {"bad.toml:2:", "model.preset = \"llama3-8\"", "unknown model preset", "did you mean \"llama3-8b\"?"}},
+      {"fp8 k_scale zero",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nk_scale = 0.0\n" + kOneDecode,
+       {"bad.toml:4:", "model.k_scale = 0.0", "> 0"}},
+      {"fp8 v_scale negative",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nv_scale = -1\n" + kOneDecode,
+       {"bad.toml:4:", "model.v_scale = -1", "> 0"}},
+      {"k_scale bad word",
+       llama + "k_scale = \"calcc\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.k_scale = \"calcc\"", "\"calc\""}},
+      {"negative window",
+       llama + "sliding_window = -1\n" + kOneDecode,
+       {"bad.toml:3:", "model.sliding_window = -1", ">= 0"}},
+      {"negative softcap",
+       llama + "logits_soft_cap = -0.5\n" + kOneDecode,
+       {"bad.toml:3:", "model.logits_soft_cap = -0.5", ">= 0"}},
+      {"scale zero", llama + "scale = 0\n" + kOneDecode, {"bad.toml:3:", "model.scale = 0", "> 0"}},
+      {"scale word",
+       llama + "scale = \"automatic\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.scale = \"automatic\"", "\"auto\""}},
+      {"iterations < 1", llama + kOneDecode + "[run]\niterations = 0\n", {"bad.toml:8:", "run.iterations = 0", ">= 1"}},
+      {"unknown cascade mode",
+       llama + kOneDecode + "[run]\ncascade = \"maybe\"\n",
+       {"bad.toml:8:", "run.cascade = \"maybe\"", "unknown cascade mode"}},
+      {"min_cosine out of range",
+       llama + kOneDecode + "[check]\nmin_cosine = 1.5\n",
+       {"bad.toml:8:", "check.min_cosine = 1.5", "[-1, 1]"}},
+      {"negative atol", llama + kOneDecode + "[check]\natol = -1e-3\n", {"bad.toml:8:", "check.atol = -0.001", ">= 0"}},
+      {"missing trace file",
+       llama + "[batch.trace]\nfile = \"no_such_trace.csv\"\n",
+       {"bad.toml:4:", "batch.trace.file = \"no_such_trace.csv\"", "not found", "no_such_trace.csv"}},
+      {"trace step word",
+       llama + "[batch.trace]\nfile = \"traces/azure_llm_2023_conv.csv\"\nstep = \"some\"\n",
+       {"bad.toml:5:", "batch.trace.step = \"some\"", "\"all\""}},
+      {"two request sources",
+       llama + kOneDecode + "[batch.random]\nnum_requests = 2\ncontext_len = 5\n",
+       {"bad.toml:7:", "batch.random", "exactly one"}},
+      {"no request source", llama + "[batch]\nshared_prefix_len = 0\n", {"bad.toml:3:", "batch", "no requests"}},
+      {"uniform max < min",
+       llama + "[batch.random]\nnum_requests = 2\ncontext_len = { dist = \"uniform\", min = 9, max = 3 }\n",
+       {"bad.toml:5:", "batch.random.context_len.max = 3", "min (9)"}},
+      {"fixed dist without value",
+       llama + "[batch.random]\nnum_requests = 2\ncontext_len = { dist = \"fixed\" }\n",
+       {"bad.toml:5:", "batch.random.context_len.dist = \"fixed\"", "\"value\""}},
+      {"zero random requests",
+       llama + "[batch.random]\nnum_requests = 0\ncontext_len = 5\n",
+       {"bad.toml:4:", "batch.random.num_requests = 0", ">= 1"}},
+      {"MLA with kv heads",
+       "[model]\npreset = \"deepseek-v3\"\nnum_kv_heads = 8\n" + kOneDecode,
+       {"bad.toml:3:", "model.num_kv_heads = 8", "one latent kv head"}},
+      {"head_size and head_size_qk",
+       llama + "head_size = 64\nhead_size_qk = 64\n" + kOneDecode,
+       {"bad.toml:4:", "model.head_size_qk = 64", "not both"}},
+      {"TOML syntax error", llama + "num_q_heads = = 3\n" + kOneDecode, {"bad.toml:3:", "TOML syntax error"}},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.label);
+    const std::string msg = error_of([&] { parse_scenario(c.text, "bad.toml", kScenarioDir); });
+    for (const std::string& part : c.parts) expect_has(msg, part);
+  }
+}
+
+TEST(ScenarioErrors, MissingBatchAndMissingFile) {
+  std::string msg = error_of([] { parse_scenario("[model]\npreset = \"llama3-8b\"\n", "nb.toml"); });
+  expect_has(msg, "nb.toml");
+  expect_has(msg, "batch");
+  expect_has(msg, "missing [batch]");
+
+  const std::string path = "/nonexistent_dir_for_attn/missing_case.toml";
+  msg = error_of([&] { load_scenario(path); });
+  expect_has(msg, path);
+  expect_has(msg, "no such file");
+}
+
+TEST(ScenarioErrors, LoadScenarioReportsTheFilePathAndResolvesTraces) {
+  const fs::path dir = fs::temp_directory_path() / ("attn_scenario_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "traces");
+  std::ofstream(dir / "traces" / "t.csv") << "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,2\n";
+  const fs::path good = dir / "good_one.toml";
+  std::ofstream(good) << "[model]\npreset = \"llama3-8b\"\n[batch.trace]\nfile = \"traces/t.csv\"\n";
+  const Scenario s = load_scenario(good.string());
+  EXPECT_EQ(s.name, "good_one");
+  EXPECT_EQ(s.file, good.string());
+  EXPECT_TRUE(fs::equivalent(s.batch.trace.file, dir / "traces" / "t.csv"));
+
+  const fs::path bad = dir / "bad_one.toml";
+  std::ofstream(bad) << "[model]\npreset = \"llama3-8b\"\nblock_size = 0\n" << kOneDecode;
+  const std::string msg = error_of([&] { load_scenario(bad.string()); });
+  expect_has(msg, bad.string() + ":3:");
+  expect_has(msg, "model.block_size = 0");
+  fs::remove_all(dir);
+}
+
+// ---- compact spec and CLI scenarios ----------------------------------------------------------
+
+TEST(ScenarioCompactSpec, ParsesGroupsInOrder) {
+  const std::vector<RequestGroup> g = parse_batch_spec("48x1@2048,2x512@1024, 3x7");
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].count, 48);
+  EXPECT_EQ(g[0].query_len, 1);
+  EXPECT_EQ(g[0].context_len, 2048);
+  EXPECT_EQ(g[1].count, 2);
+  EXPECT_EQ(g[1].query_len, 512);
+  EXPECT_EQ(g[1].context_len, 1024);
+  EXPECT_EQ(g[2].count, 3);
+  EXPECT_EQ(g[2].query_len, 7);
+  EXPECT_EQ(g[2].context_len, 0);  // "@ctx" is optional
+}
+
+TEST(ScenarioCompactSpec, ErrorsNameTheBadItem) {
+  struct Bad {
+    const char* spec;
+    const char* item;
+    const char* what;
+  };
+  const Bad bads[] = {
+      {"4xq@16", "4xq@16", "query length"},
+      {"48x1@2048,2y512", "2y512", "missing 'x'"},
+      {"0x1@5", "0x1@5", "count must be >= 1"},
+      {"2x0@5", "2x0@5", "query length must be >= 1"},
+      {"2x1@-5", "2x1@-5", "context length"},
+      {"2x1@5@6", "2x1@5@6", "context length"},
+      {"99999999999x1", "99999999999x1", "too large"},
+      {"1x1,,1x1", "1x1,,1x1", "empty item"},
+      {"", "", "empty batch spec"},
+  };
+  for (const Bad& b : bads) {
+    SCOPED_TRACE(b.spec);
+    const std::string msg = error_of([&] { parse_batch_spec(b.spec); });
+    expect_has(msg, *b.item ? std::string("--batch = ") + b.item : std::string("--batch: "));
+    expect_has(msg, b.what);
+    expect_has(msg, "COUNTxQUERY_LEN");
+  }
+}
+
+TEST(ScenarioCompactSpec, ScenarioFromCli) {
+  const Scenario s = scenario_from_cli("llama4-scout", "4x1@100,1x32", 99);
+  EXPECT_EQ(s.file, "<cli>");
+  EXPECT_EQ(s.seed, 99u);
+  EXPECT_EQ(s.preset, "llama4-scout");
+  EXPECT_EQ(s.spec.num_q_heads, 40);
+  EXPECT_EQ(s.batch.local_attention_chunk, 8192);
+  EXPECT_GT(s.spec.scale, 0.0f);
+  const std::vector<BatchShape> shapes = expand_shapes(s);
+  ASSERT_EQ(shapes.size(), 1u);
+  ASSERT_EQ(shapes[0].requests.size(), 5u);
+  EXPECT_EQ(shapes[0].requests[3].context_len, 100);
+  EXPECT_EQ(shapes[0].requests[4].query_len, 32);
+  EXPECT_EQ(shapes[0].local_attention_chunk, 8192);
+
+  const std::string msg = error_of([] { scenario_from_cli("llama-3-8b", "1x1"); });
+  expect_has(msg, "--model = llama-3-8b");
+  expect_has(msg, "llama3-8b");
+}
+
+// ---- shapes ----------------------------------------------------------------------------------
+
+TEST(ScenarioShapes, GroupsExpandInOrderWithBatchSettings) {
+  const Scenario s = parse_scenario(R"([model]
+preset = "llama3-8b"
+[batch]
+shared_prefix_len = 32
+block_allocation = "contiguous"
+num_blocks = 99
+[[batch.requests]]
+count = 2
+context_len = 40
+query_len = 1
+[[batch.requests]]
+count = 1
+context_len = 32
+query_len = 9
+)",
+                                    "g.toml");
+  const std::vector<BatchShape> shapes = expand_shapes(s);
+  ASSERT_EQ(shapes.size(), 1u);
+  const BatchShape& b = shapes[0];
+  EXPECT_EQ(b.label, "g");
+  EXPECT_EQ(b.step, -1);
+  EXPECT_EQ(b.shared_prefix_len, 32);
+  EXPECT_EQ(b.block_allocation, BlockAllocation::contiguous);
+  EXPECT_EQ(b.num_blocks, 99);
+  ASSERT_EQ(b.requests.size(), 3u);
+  EXPECT_EQ(b.requests[0].context_len, 40);
+  EXPECT_EQ(b.requests[1].query_len, 1);
+  EXPECT_EQ(b.requests[2].context_len, 32);
+  EXPECT_EQ(b.requests[2].query_len, 9);
+  EXPECT_EQ(b.requests[2].seq_len(), 41);
+}
+
+Scenario random_scenario(uint64_t seed, const std::string& context, const std::string& query, int n = 200) {
+  return parse_scenario("seed = " + std::to_string(seed) +
+                            "\n[model]\npreset = \"llama3-8b\"\n[batch.random]\nnum_requests = " + std::to_string(n) +
+                            "\ncontext_len = " + context + "\nquery_len = " + query + "\n",
+                        "rand.toml");
+}
+
+std::vector<RequestShape> random_shapes(const Scenario& s) {
+  const std::vector<BatchShape> b = expand_shapes(s);
+  EXPECT_EQ(b.size(), 1u);
+  return b.empty() ? std::vector<RequestShape>{} : b[0].requests;
+}
+
+bool same(const std::vector<RequestShape>& a, const std::vector<RequestShape>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].context_len != b[i].context_len || a[i].query_len != b[i].query_len) return false;
+  return true;
+}
+
+TEST(ScenarioShapes, RandomIsDeterministicPerSeed) {
+  const std::string ctx = "{ dist = \"uniform\", min = 10, max = 5000 }";
+  const std::string q = "{ dist = \"uniform\", min = 1, max = 64 }";
+  const auto a = random_shapes(random_scenario(5, ctx, q));
+  const auto b = random_shapes(random_scenario(5, ctx, q));
+  const auto c = random_shapes(random_scenario(6, ctx, q));
+  ASSERT_EQ(a.size(), 200u);
+  EXPECT_TRUE(same(a, b));
+  EXPECT_FALSE(same(a, c));
+  int differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) differing += a[i].context_len != c[i].context_len;
+  EXPECT_GT(differing, 150);  // a new seed redraws (almost) every request
+  // Bounds are inclusive and reached over enough draws; draws are not all the same.
+  int qmin = 1 << 30, qmax = 0;
+  std::set<int> distinct;
+  for (const RequestShape& r : a) {
+    EXPECT_GE(r.context_len, 10);
+    EXPECT_LE(r.context_len, 5000);
+    qmin = std::min(qmin, r.query_len);
+    qmax = std::max(qmax, r.query_len);
+    distinct.insert(r.context_len);
+  }
+  EXPECT_EQ(qmin, 1);
+  EXPECT_EQ(qmax, 64);
+  EXPECT_GT(distinct.size(), 150u);
+}
+
+TEST(ScenarioShapes, RandomDistributionsHaveTheirShape) {
+  // Uniform: mean near the midpoint.
+  const auto u = random_shapes(random_scenario(1, "{ dist = \"uniform\", min = 0, max = 1000 }", "1", 4000));
+  double sum = 0;
+  for (const RequestShape& r : u) sum += r.context_len;
+  EXPECT_NEAR(sum / u.size(), 500.0, 20.0);
+  for (const RequestShape& r : u) EXPECT_EQ(r.query_len, 1);
+
+  // Lognormal: `mean` is the mean of the length; the median is mean * exp(-sigma^2 / 2).
+  const auto l = random_shapes(random_scenario(2, "{ dist = \"lognormal\", mean = 2000, sigma = 0.6 }", "1", 4000));
+  std::vector<int> v;
+  sum = 0;
+  for (const RequestShape& r : l) sum += r.context_len, v.push_back(r.context_len);
+  EXPECT_NEAR(sum / l.size(), 2000.0, 100.0);
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  EXPECT_NEAR(v[v.size() / 2], 2000.0 * std::exp(-0.18), 80.0);
+
+  // Lognormal clamps to [min, max].
+  const auto c = random_shapes(
+      random_scenario(3, "{ dist = \"lognormal\", mean = 500, sigma = 2.0, min = 100, max = 900 }", "1", 1000));
+  int at_min = 0, at_max = 0;
+  for (const RequestShape& r : c) {
+    EXPECT_GE(r.context_len, 100);
+    EXPECT_LE(r.context_len, 900);
+    at_min += r.context_len == 100;
+    at_max += r.context_len == 900;
+  }
+  EXPECT_GT(at_min, 0);
+  EXPECT_GT(at_max, 0);
+
+  // Fixed.
+  for (const RequestShape& r : random_shapes(random_scenario(4, "{ dist = \"fixed\", value = 77 }", "5", 10))) {
+    EXPECT_EQ(r.context_len, 77);
+    EXPECT_EQ(r.query_len, 5);
+  }
+}
+
+// ---- the shipped scenarios -------------------------------------------------------------------
+
+// 2 (dqk + dv) per visible (query token, key) pair and q head: the work the CI budget counts.
+double attention_flops(const AttentionSpec& s, const BatchShape& b) {
+  double pairs = 0;
+  for (const RequestShape& r : b.requests) {
+    for (int i = 0; i < r.query_len; ++i) {
+      const int64_t p = r.context_len + i;
+      if (!s.causal()) {
+        pairs += r.seq_len();
+        continue;
+      }
+      int64_t lo = 0;
+      if (s.sliding_window > 0) lo = std::max<int64_t>(lo, p - s.sliding_window + 1);
+      if (b.local_attention_chunk > 0)
+        lo = std::max<int64_t>(lo, p / b.local_attention_chunk * b.local_attention_chunk);
+      pairs += static_cast<double>(p - lo + 1);
+    }
+  }
+  return 2.0 * (s.head_size_qk + s.head_size_v) * s.num_q_heads * pairs;
+}
+
+TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
+  const std::set<std::string> expected = {
+      "quickstart", "decode_heavy",           "mixed_chunked_prefill", "long_context_decode", "cascade_shared_prefix",
+      "gqa7_qwen2", "sliding_window_mistral", "softcap_window_gemma2", "sinks_gptoss",        "local_attention_llama4",
+      "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv"};
+  std::set<std::string> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    Scenario s;
+    ASSERT_NO_THROW(s = load_scenario(e.path().string()));
+    found.insert(e.path().stem().string());
+    EXPECT_FALSE(s.description.empty());
+    std::ifstream in(e.path());
+    std::string first;
+    std::getline(in, first);
+    EXPECT_EQ(first.rfind("# ", 0), 0u) << "a comment header says what the scenario exercises";
+    const std::vector<BatchShape> shapes = expand_shapes(s);
+    ASSERT_FALSE(shapes.empty());
+    for (const BatchShape& b : shapes) {
+      EXPECT_FALSE(b.requests.empty());
+      const double gflop = attention_flops(s.spec, b) / 1e9;
+      EXPECT_LT(gflop, 2.0) << "CPU + float64 reference budget in CI";
+    }
+  }
+  for (const std::string& name : expected) EXPECT_TRUE(found.count(name)) << name;
+}
+
+TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
+  auto load = [](const char* name) { return load_scenario(kScenarioDir + "/" + name + ".toml"); };
+  auto shape = [](const Scenario& s) { return expand_shapes(s).at(0); };
+
+  // Cascade: >= 256 shared tokens, >= 8 requests, all decodes, and the rule says yes on an H100.
+  const Scenario c = load("cascade_shared_prefix");
+  const BatchShape cb = shape(c);
+  EXPECT_GE(c.batch.shared_prefix_len, 256);
+  EXPECT_GE(cb.requests.size(), 8u);
+  std::vector<int32_t> qlens;
+  for (const RequestShape& r : cb.requests) qlens.push_back(r.query_len);
+  EXPECT_TRUE(std::all_of(qlens.begin(), qlens.end(), [](int32_t q) { return q == 1; }));
+  for (int sms : {108, 132}) {
+    const CascadeDecision d = use_cascade_attention(c.batch.shared_prefix_len, qlens, c.spec.num_q_heads,
+                                                    c.spec.num_kv_heads, false, false, false, sms);
+    EXPECT_TRUE(d.use) << sms << ": " << d.reason;
+  }
+
+  // Sliding window: some prefill chunk is longer than the window.
+  const Scenario w = load("sliding_window_mistral");
+  const BatchShape wb = shape(w);
+  EXPECT_GT(w.spec.sliding_window, 0);
+  EXPECT_TRUE(std::any_of(wb.requests.begin(), wb.requests.end(),
+                          [&](const RequestShape& r) { return r.query_len > w.spec.sliding_window; }));
+
+  // Local attention: a prefill spans at least three local chunks.
+  const Scenario l = load("local_attention_llama4");
+  const BatchShape lb = shape(l);
+  const int chunk = lb.local_attention_chunk;
+  ASSERT_GT(chunk, 0);
+  EXPECT_TRUE(std::any_of(lb.requests.begin(), lb.requests.end(), [&](const RequestShape& r) {
+    return (r.seq_len() - 1) / chunk - r.context_len / chunk >= 2;
+  }));
+
+  // fp8: e4m3 with a non-unit fixed scale and a "calc" one.
+  const Scenario f = load("fp8_kv");
+  EXPECT_EQ(f.spec.kv_cache_dtype, DType::fp8_e4m3);
+  EXPECT_TRUE(f.spec.k_scale_calc != f.spec.v_scale_calc);
+  EXPECT_NE(f.spec.k_scale_calc ? f.spec.v_scale : f.spec.k_scale, 1.0f);
+
+  // MLA decode: TP8 rank, block 64, decodes only; MLA prefill: chunks over cached context.
+  const Scenario md = load("mla_decode_deepseek");
+  EXPECT_TRUE(md.spec.use_mla);
+  EXPECT_EQ(md.spec.num_q_heads, 16);
+  EXPECT_EQ(md.spec.block_size, 64);
+  for (const RequestShape& r : shape(md).requests) EXPECT_EQ(r.query_len, 1);
+  const BatchShape mp = shape(load("mla_prefill_deepseek"));
+  EXPECT_TRUE(std::any_of(mp.requests.begin(), mp.requests.end(),
+                          [](const RequestShape& r) { return r.query_len > 1 && r.context_len > 0; }));
+
+  // Trace: one step of the shipped trace, on the TP8 rank, with a modest budget.
+  const Scenario t = load("trace_azure_conv");
+  EXPECT_EQ(t.batch.source, BatchSource::trace);
+  EXPECT_EQ(t.preset, "llama3-70b-tp8");
+  EXPECT_LE(t.batch.trace.max_num_batched_tokens, 2048);
+  const BatchShape tb = shape(t);
+  int64_t tokens = 0;
+  for (const RequestShape& r : tb.requests) tokens += r.query_len;
+  EXPECT_LE(tokens, t.batch.trace.max_num_batched_tokens);
+  EXPECT_EQ(tb.step, t.batch.trace.step);
+}
+
+}  // namespace
+}  // namespace attn
