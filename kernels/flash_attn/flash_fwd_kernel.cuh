@@ -97,30 +97,61 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // ---- fp8 -> 16-bit, exact ------------------------------------------------------------------------
 // Every e4m3/e5m2 value is representable in fp16 and bf16, so the cache is widened without
-// rounding and the descales are applied in fp32 to the scores (K) and the output (V).
+// rounding and the descales are applied in fp32 to the scores (K) and the output (V). The
+// widening happens in registers on the MMA operands; the cache bytes never go back to shared
+// memory.
 
-// Two fp8 codes (bytes 0 and 1 of w) -> packed 16-bit pair.
+// Two fp8 codes (bytes 0 and 1 of w) -> fp16 pair, bit tricks (any architecture).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2_bits(uint32_t w, bool e5m2) {
+  if (e5m2) return __byte_perm(w, 0, 0x1404);  // e5m2 is the high byte of the same fp16
+  // e4m3 bits shifted into fp16 position give value * 2^-8 for normals and subnormals alike.
+  const uint32_t x = __byte_perm(w, 0, 0x4140);
+  const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
+  const __half2 scaled = __hmul2(*reinterpret_cast<const __half2*>(&bits), __floats2half2_rn(256.f, 256.f));
+  return *reinterpret_cast<const uint32_t*>(&scaled);
+}
+
+// Four fp8 codes -> two packed 16-bit pairs of the model dtype: .x from bytes 0-1, .y from 2-3.
 template <class Element>
-__device__ __forceinline__ uint32_t fp8x2_to_16(uint32_t w, bool e5m2) {
-  uint32_t h2;  // fp16 pair
+__device__ __forceinline__ uint2 fp8x4_to_16(uint32_t w, bool e5m2) {
+  uint32_t h[2];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  // One conversion instruction per pair (sm_89+).
   if (e5m2) {
-    h2 = __byte_perm(w, 0, 0x1404);  // e5m2 is the high byte of the same fp16
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
+        "cvt.rn.f16x2.e5m2x2 %0, lo;\ncvt.rn.f16x2.e5m2x2 %1, hi;\n}\n"
+        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
   } else {
-    // e4m3 bits shifted into fp16 position give value * 2^-8 for normals and subnormals alike.
-    const uint32_t x = __byte_perm(w, 0, 0x4140);
-    const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
-    const __half2 scaled = __hmul2(*reinterpret_cast<const __half2*>(&bits), __floats2half2_rn(256.f, 256.f));
-    h2 = *reinterpret_cast<const uint32_t*>(&scaled);
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
   }
+#else
+  h[0] = fp8x2_to_f16x2_bits(w, e5m2);
+  h[1] = fp8x2_to_f16x2_bits(w >> 16, e5m2);
+#endif
   if constexpr (std::is_same_v<Element, __half>) {
-    return h2;
+    return make_uint2(h[0], h[1]);
   } else {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-    return pack2<__nv_bfloat16>(f.x, f.y);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h[0]));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[1]));
+    return make_uint2(pack2<__nv_bfloat16>(a.x, a.y), pack2<__nv_bfloat16>(b.x, b.y));
   }
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------
+//
+// Operand layouts of the fp8 path. ldmatrix moves 16-bit elements, so on fp8 rows each thread
+// receives 4 consecutive bytes where a 16-bit tile would give it 2 elements:
+// - Q·K^T: the reduction runs over head dims in any order, so k-slots {2t, 2t+1, 2t+8, 2t+9} of
+//   a 16-wide k-step (t = lane % 4) take head dims 4t..4t+3. A K row's 4 bytes are then exactly
+//   the thread's (b0, b1) pair, and Q's A fragment is read with the same order (one 8-byte load
+//   per row).
+// - P·V: ldmatrix.trans on 16 fp8 bytes per key row hands a thread keys (2t, 2t+1) of head dims
+//   2g and 2g+1 (g = lane / 4); a byte permute splits them into the B fragments of two output
+//   column blocks, "even dims" and "odd dims". O column block 2b (2b+1) then holds the even (odd)
+//   dims of the 16-dim group b, i.e. thread dims 16b + 4t + {0, 2} ({1, 3}); the epilogue undoes
+//   this when it stores O.
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
 template <class Tr>
@@ -130,11 +161,13 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   constexpr int kBlockM = Tr::kBlockM;
   constexpr int kBlockN = Tr::kBlockN;
   constexpr int kRS = Tr::kRowStride;
-  constexpr int kElemBytes = Tr::kKvFp8 ? 1 : 2;
+  constexpr int kStages = Tr::kStages;
+  constexpr bool kFp8 = Tr::kKvFp8;
+  constexpr int kKvRow = Tr::kKvRowBytes;
 
   Element* sQ = reinterpret_cast<Element*>(smem);
-  Element* sKV = sQ + Tr::kQElems;  // stage s: K at sKV + 2s*kKvElems, V right after
-  uint8_t* sRaw = reinterpret_cast<uint8_t*>(sKV + 2 * Tr::kKvElems * Tr::kKvStagesUsed);
+  // Stage s: K tile at sKV + 2s * kKvTileBytes, V tile right after. Rows of kKvRowBytes.
+  uint8_t* sKV = smem + Tr::kQElems * 2;
 
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -167,11 +200,14 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const int per_split = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
   const int n_begin = min(n_hi, n_lo + split * per_split);
   const int n_end = min(n_hi, n_begin + per_split);
+  // Key tiles [n_plain_lo, n_plain_hi) are visible to every row of the tile: no mask there.
+  int lo_key = max(kv_lo, 0);
+  if (p.window > 0) lo_key = max(lo_key, pos_last - p.window + 1);
+  if (p.local_chunk > 0) lo_key = max(lo_key, (pos_last / p.local_chunk) * p.local_chunk);
+  const int n_plain_lo = (lo_key + kBlockN - 1) / kBlockN;
+  const int n_plain_hi = p.causal ? min(seq_len, pos_first + 1) / kBlockN : seq_len / kBlockN;
 
   const Element* q = static_cast<const Element*>(p.q);
-  const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache);
-  const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache);
-  const int32_t* block_row = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
 
   // ---- Q tile: packed row r = (token (row0 + r) / G, head kvh * G + (row0 + r) % G) ----
   {
@@ -188,28 +224,36 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   }
 
   // ---- K/V tile loader: zero-fills keys at or past seq_len (their slots are never read) ----
+  // A thread copies the same 16-byte column of rows r0, r0 + kRowStep, ... of every tile, so
+  // its column offset is computed once; a row's cache slot needs one block-table entry
+  // (a shift for power-of-two block sizes).
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
+  constexpr int kRowChunks = D * kElemBytes / 16;
+  constexpr int kChunksPerTile = kBlockN * kRowChunks;
+  // The cache pointers and strides are re-read from the (constant-bank) parameters at every
+  // call instead of being held in registers across the main loop.
   auto load_kv = [&](int n_tile, int stage) {
-    constexpr int kChunkElems = 16 / kElemBytes;
-    constexpr int kChunks = D / kChunkElems;
     const int key0 = n_tile * kBlockN;
-    for (int c = tid; c < kBlockN * kChunks; c += Tr::kThreads) {
-      const int r = c / kChunks, col = (c % kChunks) * kChunkElems;
+    const int bs = p.block_size;
+    const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+    const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes;
+    uint8_t* dst_k = sKV + (2 * stage) * Tr::kKvTileBytes;
+#pragma unroll
+    for (int c0 = 0; c0 < kChunksPerTile; c0 += Tr::kThreads) {
+      const int c = c0 + tid;
+      if (kChunksPerTile % Tr::kThreads != 0 && c >= kChunksPerTile) break;
+      const int r = c / kRowChunks, cb = (c % kRowChunks) * 16;  // row, byte column
       const int key = key0 + r;
       const bool valid = key < seq_len;
       const int kk = valid ? key : 0;
-      const int64_t block = block_row[kk / p.block_size];
-      const int64_t off =
-          (block * p.kv_block_stride + (kk % p.block_size) * p.kv_token_stride + kvh * p.kv_head_stride + col) *
-          kElemBytes;
-      if constexpr (Tr::kKvFp8) {
-        uint8_t* dk = sRaw + (2 * stage) * Tr::kRawBytes + r * D + col;
-        cp_async_16(dk, k_cache + off, valid);
-        cp_async_16(dk + Tr::kRawBytes, v_cache + off, valid);
-      } else {
-        Element* dk = sKV + (2 * stage) * Tr::kKvElems + r * kRS + col;
-        cp_async_16(dk, k_cache + off, valid);
-        cp_async_16(dk + Tr::kKvElems, v_cache + off, valid);
-      }
+      const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
+      const int slot = kk - blk_idx * bs;
+      const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
+                              kElemBytes + head_off + cb;
+      uint8_t* dk = dst_k + r * kKvRow + cb;
+      cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+      cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
     }
   };
 
@@ -218,20 +262,11 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const float k_descale = p.k_descale ? p.k_descale[seq * p.num_kv_heads + kvh] : 1.f;
   const float v_descale = p.v_descale ? p.v_descale[seq * p.num_kv_heads + kvh] : 1.f;
   const bool softcap = p.softcap > 0.f;
+  const bool e5m2 = p.kv_fp8_e5m2 != 0;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e.
   const float qk_scale = p.softmax_scale * k_descale * (softcap ? 1.f / p.softcap : kLog2e);
   const float cap_log2 = p.softcap * kLog2e;
-  int row_pos[Tr::kMFrags][2];
-  float row_slope[Tr::kMFrags][2];  // ALiBi slope * log2e
-#pragma unroll
-  for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int prow = row0 + warp_m * Tr::kWarpRows + mi * 16 + g + 8 * h;
-      row_pos[mi][h] = pos_base + prow / G;
-      row_slope[mi][h] = p.alibi_slopes ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
-    }
-  }
+  const int warp_row0 = row0 + warp_m * Tr::kWarpRows;  // first packed row of this warp
 
   float acc_o[Tr::kMFrags][Tr::kDFrags][4];
   float row_max[Tr::kMFrags][2];
@@ -246,156 +281,199 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     row_sum[mi][0] = row_sum[mi][1] = 0.f;
   }
 
-  if (n_begin < n_end) load_kv(n_begin, 0);
-  cp_async_commit();
+  // Prologue: Q and the first kStages - 1 K/V tiles, one commit group per tile.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (n_begin + s < n_end) load_kv(n_begin + s, s);
+    cp_async_commit();
+  }
 
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
-    const int stage = (n_tile - n_begin) & 1;
-    if (n_tile + 1 < n_end) load_kv(n_tile + 1, stage ^ 1);
+    const int it = n_tile - n_begin;
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();  // tile n_tile (and Q) landed for this thread ...
+    __syncthreads();               // ... and for all; every warp is also done with tile n_tile - 1
+    // Refill the stage that tile n_tile - 1 used; it lands while this tile is computed.
+    if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
 
-    const Element* sK;
-    if constexpr (Tr::kKvFp8) {
-      // Widen the landed fp8 tile into the 16-bit K/V pair (8 codes per thread and step).
-      const uint8_t* raw = sRaw + (2 * stage) * Tr::kRawBytes;
-      constexpr int kGroups = 2 * kBlockN * D / 8;
-      for (int c = tid; c < kGroups; c += Tr::kThreads) {
-        const int which = c / (kBlockN * D / 8);  // 0 = K, 1 = V
-        const int rem = c % (kBlockN * D / 8);
-        const int r = rem / (D / 8), col = (rem % (D / 8)) * 8;
-        const uint2 w = *reinterpret_cast<const uint2*>(raw + which * Tr::kRawBytes + r * D + col);
-        uint4 out;
-        out.x = fp8x2_to_16<Element>(w.x, p.kv_fp8_e5m2);
-        out.y = fp8x2_to_16<Element>(w.x >> 16, p.kv_fp8_e5m2);
-        out.z = fp8x2_to_16<Element>(w.y, p.kv_fp8_e5m2);
-        out.w = fp8x2_to_16<Element>(w.y >> 16, p.kv_fp8_e5m2);
-        *reinterpret_cast<uint4*>(sKV + which * Tr::kKvElems + r * kRS + col) = out;
-      }
-      __syncthreads();
-      sK = sKV;
-    } else {
-      sK = sKV + (2 * stage) * Tr::kKvElems;
-    }
-    const Element* sV = sK + Tr::kKvElems;
-    const int wkey0 = warp_n * Tr::kWarpKeys;  // this warp's first key within the tile
+    const uint8_t* sK = sKV + (2 * stage) * Tr::kKvTileBytes;
+    const uint8_t* sV = sK + Tr::kKvTileBytes;
+    const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
+#pragma unroll 1
+    for (int sub = 0; sub < Tr::kSubSteps; ++sub) {
+      const int wkey0 = warp_n * Tr::kWarpKeys + sub * Tr::kComputeN;  // this warp's first key in the tile
 
-    // ---- S = Q K^T ----
-    float acc_s[Tr::kMFrags][Tr::kNFrags][4];
+      // ---- S = Q K^T ----
+      float acc_s[Tr::kMFrags][Tr::kNFrags][4];
 #pragma unroll
-    for (int mi = 0; mi < Tr::kMFrags; ++mi)
-#pragma unroll
-      for (int j = 0; j < Tr::kNFrags; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mi][j][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-      uint32_t a[Tr::kMFrags][4];
-#pragma unroll
-      for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-        const int r = warp_m * Tr::kWarpRows + mi * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        ldmatrix_x4(a[mi], sQ + r * kRS + ks * 16 + (lane / 16) * 8);
-      }
-#pragma unroll
-      for (int nj = 0; nj < Tr::kNFrags / 2; ++nj) {
-        uint32_t b[4];
-        const int key = wkey0 + nj * 16 + (lane % 8) + (lane / 16) * 8;
-        ldmatrix_x4(b, sK + key * kRS + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-          mma_16816<Element>(acc_s[mi][2 * nj], a[mi], b[0], b[1]);
-          mma_16816<Element>(acc_s[mi][2 * nj + 1], a[mi], b[2], b[3]);
-        }
-      }
-    }
-
-    // ---- scores in log2 units, masks, online softmax ----
-    const int key_tile0 = n_tile * kBlockN + wkey0;
-    const bool need_mask = (n_tile + 1) * kBlockN > seq_len || n_tile * kBlockN < kv_lo ||
-                           (p.causal && (n_tile + 1) * kBlockN - 1 > pos_first) ||
-                           (p.window > 0 && n_tile * kBlockN <= pos_last - p.window) ||
-                           (p.local_chunk > 0 && n_tile * kBlockN < (pos_last / p.local_chunk) * p.local_chunk);
-    const bool alibi = p.alibi_slopes != nullptr;
-    const bool plain = !softcap && !alibi && !need_mask;  // the common inner tile: scale only
-#pragma unroll
-    for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-      if (plain) {
+      for (int mi = 0; mi < Tr::kMFrags; ++mi)
 #pragma unroll
         for (int j = 0; j < Tr::kNFrags; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc_s[mi][j][e] *= qk_scale;
-      } else {
+          for (int e = 0; e < 4; ++e) acc_s[mi][j][e] = 0.f;
+      if constexpr (!kFp8) {
 #pragma unroll
-        for (int j = 0; j < Tr::kNFrags; ++j) {
+        for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+          uint32_t a[Tr::kMFrags][4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float s = acc_s[mi][j][e] * qk_scale;
-            if (softcap) s = cap_log2 * tanhf(s);
-            const int key = key_tile0 + j * 8 + 2 * tq + (e & 1);
-            const int pos = row_pos[mi][e / 2];
-            if (alibi) s -= row_slope[mi][e / 2] * static_cast<float>(abs(pos - key));
-            if (need_mask) {
-              bool ok = key < seq_len && key >= kv_lo;
-              if (p.causal) ok = ok && key <= pos;
-              if (p.window > 0) ok = ok && key > pos - p.window;
-              if (p.local_chunk > 0) ok = ok && key >= (pos / p.local_chunk) * p.local_chunk;
-              if (!ok) s = -INFINITY;
+          for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+            const int r = warp_m * Tr::kWarpRows + mi * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            ldmatrix_x4(a[mi], sQ + r * kRS + ks * 16 + (lane / 16) * 8);
+          }
+#pragma unroll
+          for (int nj = 0; nj < Tr::kNFrags / 2; ++nj) {
+            uint32_t b[4];
+            const int key = wkey0 + nj * 16 + (lane % 8) + (lane / 16) * 8;
+            ldmatrix_x4(b, sK + key * kKvRow + (ks * 16 + ((lane / 8) % 2) * 8) * 2);
+#pragma unroll
+            for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+              mma_16816<Element>(acc_s[mi][2 * nj], a[mi], b[0], b[1]);
+              mma_16816<Element>(acc_s[mi][2 * nj + 1], a[mi], b[2], b[3]);
             }
-            acc_s[mi][j][e] = s;
+          }
+        }
+      } else {
+        // One ldmatrix.x4 covers 4 fp8 K matrices of 8 keys x 16 dims: 4 key blocks of one k-step
+        // (prefill), or 2 key blocks x 2 k-steps (decode, 16 keys per warp).
+        constexpr int kNPer = Tr::kNFrags % 4 == 0 ? 4 : 2;
+        constexpr int kKPer = 4 / kNPer;
+#pragma unroll
+        for (int kp = 0; kp < Tr::kKSteps / kKPer; ++kp) {
+          uint32_t a[kKPer][Tr::kMFrags][4];
+#pragma unroll
+          for (int h = 0; h < kKPer; ++h)
+#pragma unroll
+            for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+              const Element* qr = sQ + (warp_m * Tr::kWarpRows + mi * 16 + g) * kRS + (kKPer * kp + h) * 16 + 4 * tq;
+              const uint2 lo = *reinterpret_cast<const uint2*>(qr);
+              const uint2 hi = *reinterpret_cast<const uint2*>(qr + 8 * kRS);
+              a[h][mi][0] = lo.x;
+              a[h][mi][1] = hi.x;
+              a[h][mi][2] = lo.y;
+              a[h][mi][3] = hi.y;
+            }
+#pragma unroll
+          for (int nb = 0; nb < Tr::kNFrags / kNPer; ++nb) {
+            uint32_t raw[4];  // [key block nb * kNPer + i % kNPer, k-step kKPer * kp + i / kNPer]
+            const int mat = lane / 8;
+            const int key = wkey0 + (nb * kNPer + mat % kNPer) * 8 + (lane % 8);
+            ldmatrix_x4(raw, sK + key * kKvRow + (kKPer * kp + mat / kNPer) * 16);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint2 bb = fp8x4_to_16<Element>(raw[i], e5m2);
+#pragma unroll
+              for (int mi = 0; mi < Tr::kMFrags; ++mi)
+                mma_16816<Element>(acc_s[mi][nb * kNPer + i % kNPer], a[i / kNPer][mi], bb.x, bb.y);
+            }
           }
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mi][h];
-#pragma unroll
-        for (int j = 0; j < Tr::kNFrags; ++j) mx = fmaxf(mx, fmaxf(acc_s[mi][j][2 * h], acc_s[mi][j][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
-        const float corr = fast_exp2(row_max[mi][h] - m_use);
-        row_max[mi][h] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < Tr::kNFrags; ++j) {
-          acc_s[mi][j][2 * h] = fast_exp2(acc_s[mi][j][2 * h] - m_use);
-          acc_s[mi][j][2 * h + 1] = fast_exp2(acc_s[mi][j][2 * h + 1] - m_use);
-          sum += acc_s[mi][j][2 * h] + acc_s[mi][j][2 * h + 1];
-        }
-        row_sum[mi][h] = row_sum[mi][h] * corr + sum;
-#pragma unroll
-        for (int d = 0; d < Tr::kDFrags; ++d) {
-          acc_o[mi][d][2 * h] *= corr;
-          acc_o[mi][d][2 * h + 1] *= corr;
-        }
-      }
-    }
 
-    // ---- O += P V ----
-#pragma unroll
-    for (int kk = 0; kk < Tr::kWarpKeys / 16; ++kk) {
-      uint32_t a[Tr::kMFrags][4];
+      // ---- scores in log2 units, masks, online softmax ----
+      const int key_tile0 = n_tile * kBlockN + wkey0;
+      const bool alibi = p.alibi_slopes != nullptr;
+      const bool plain = !softcap && !alibi && !need_mask;  // the common inner tile: scale only
 #pragma unroll
       for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-        a[mi][0] = pack2<Element>(acc_s[mi][2 * kk][0], acc_s[mi][2 * kk][1]);
-        a[mi][1] = pack2<Element>(acc_s[mi][2 * kk][2], acc_s[mi][2 * kk][3]);
-        a[mi][2] = pack2<Element>(acc_s[mi][2 * kk + 1][0], acc_s[mi][2 * kk + 1][1]);
-        a[mi][3] = pack2<Element>(acc_s[mi][2 * kk + 1][2], acc_s[mi][2 * kk + 1][3]);
-      }
+        if (plain) {
 #pragma unroll
-      for (int dj = 0; dj < Tr::kDFrags / 2; ++dj) {
-        uint32_t b[4];
-        const int key = wkey0 + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        ldmatrix_x4_trans(b, sV + key * kRS + dj * 16 + (lane / 16) * 8);
+          for (int j = 0; j < Tr::kNFrags; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_s[mi][j][e] *= qk_scale;
+        } else {
+          // Row facts are recomputed here rather than kept live across the loop (registers).
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int prow = warp_row0 + mi * 16 + g + 8 * h;
+            const int pos = pos_base + prow / G;
+            const float slope = alibi ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
+            const int lo = max(kv_lo, p.window > 0 ? pos - p.window + 1 : 0);
+            const int lo2 = p.local_chunk > 0 ? max(lo, (pos / p.local_chunk) * p.local_chunk) : lo;
+            const int hi = p.causal ? min(seq_len - 1, pos) : seq_len - 1;  // last visible key
+#pragma unroll
+            for (int j = 0; j < Tr::kNFrags; ++j) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                float s = acc_s[mi][j][2 * h + e] * qk_scale;
+                if (softcap) s = cap_log2 * tanhf(s);
+                const int key = key_tile0 + j * 8 + 2 * tq + e;
+                if (alibi) s -= slope * static_cast<float>(abs(pos - key));
+                if (need_mask && (key < lo2 || key > hi)) s = -INFINITY;
+                acc_s[mi][j][2 * h + e] = s;
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = row_max[mi][h];
+#pragma unroll
+          for (int j = 0; j < Tr::kNFrags; ++j) mx = fmaxf(mx, fmaxf(acc_s[mi][j][2 * h], acc_s[mi][j][2 * h + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
+          const float corr = fast_exp2(row_max[mi][h] - m_use);
+          row_max[mi][h] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < Tr::kNFrags; ++j) {
+            acc_s[mi][j][2 * h] = fast_exp2(acc_s[mi][j][2 * h] - m_use);
+            acc_s[mi][j][2 * h + 1] = fast_exp2(acc_s[mi][j][2 * h + 1] - m_use);
+            sum += acc_s[mi][j][2 * h] + acc_s[mi][j][2 * h + 1];
+          }
+          row_sum[mi][h] = row_sum[mi][h] * corr + sum;
+#pragma unroll
+          for (int d = 0; d < Tr::kDFrags; ++d) {
+            acc_o[mi][d][2 * h] *= corr;
+            acc_o[mi][d][2 * h + 1] *= corr;
+          }
+        }
+      }
+
+      // ---- O += P V ----
+#pragma unroll
+      for (int kk = 0; kk < Tr::kComputeN / 16; ++kk) {
+        uint32_t a[Tr::kMFrags][4];
 #pragma unroll
         for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-          mma_16816<Element>(acc_o[mi][2 * dj], a[mi], b[0], b[1]);
-          mma_16816<Element>(acc_o[mi][2 * dj + 1], a[mi], b[2], b[3]);
+          a[mi][0] = pack2<Element>(acc_s[mi][2 * kk][0], acc_s[mi][2 * kk][1]);
+          a[mi][1] = pack2<Element>(acc_s[mi][2 * kk][2], acc_s[mi][2 * kk][3]);
+          a[mi][2] = pack2<Element>(acc_s[mi][2 * kk + 1][0], acc_s[mi][2 * kk + 1][1]);
+          a[mi][3] = pack2<Element>(acc_s[mi][2 * kk + 1][2], acc_s[mi][2 * kk + 1][3]);
+        }
+        const int key = wkey0 + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        if constexpr (!kFp8) {
+#pragma unroll
+          for (int dj = 0; dj < Tr::kDFrags / 2; ++dj) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sV + key * kKvRow + (dj * 16 + (lane / 16) * 8) * 2);
+#pragma unroll
+            for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+              mma_16816<Element>(acc_o[mi][2 * dj], a[mi], b[0], b[1]);
+              mma_16816<Element>(acc_o[mi][2 * dj + 1], a[mi], b[2], b[3]);
+            }
+          }
+        } else {
+          // One ldmatrix.x4.trans: 16 keys x 32 fp8 dims = the B fragments of 4 O column blocks.
+#pragma unroll
+          for (int dq = 0; dq < D / 32; ++dq) {
+            uint32_t raw[4];  // [dim group 2dq + i / 2][keys 0-7 | 8-15]
+            ldmatrix_x4_trans(raw, sV + key * kKvRow + (2 * dq + lane / 16) * 16);
+#pragma unroll
+            for (int gi = 0; gi < 2; ++gi) {
+              const uint2 lo = fp8x4_to_16<Element>(__byte_perm(raw[2 * gi], 0, 0x3120), e5m2);
+              const uint2 hi = fp8x4_to_16<Element>(__byte_perm(raw[2 * gi + 1], 0, 0x3120), e5m2);
+#pragma unroll
+              for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+                mma_16816<Element>(acc_o[mi][4 * dq + 2 * gi], a[mi], lo.x, hi.x);
+                mma_16816<Element>(acc_o[mi][4 * dq + 2 * gi + 1], a[mi], lo.y, hi.y);
+              }
+            }
+          }
         }
       }
     }
-    __syncthreads();  // the next iteration's loads overwrite this stage
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -417,9 +495,18 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         sSum[warp_n * kBlockM + r] = s;
       }
       float* dst = sO + (warp_n * kBlockM + r) * Tr::kORowStride;
+      if constexpr (!kFp8) {
 #pragma unroll
-      for (int d = 0; d < Tr::kDFrags; ++d)
-        *reinterpret_cast<float2*>(dst + d * 8 + 2 * tq) = make_float2(acc_o[mi][d][2 * h], acc_o[mi][d][2 * h + 1]);
+        for (int d = 0; d < Tr::kDFrags; ++d)
+          *reinterpret_cast<float2*>(dst + d * 8 + 2 * tq) = make_float2(acc_o[mi][d][2 * h], acc_o[mi][d][2 * h + 1]);
+      } else {
+        // Column blocks (2b, 2b + 1) hold the even and odd dims 16b + 4t + {0..3}.
+#pragma unroll
+        for (int b = 0; b < Tr::kDFrags / 2; ++b)
+          *reinterpret_cast<float4*>(dst + b * 16 + 4 * tq) =
+              make_float4(acc_o[mi][2 * b][2 * h], acc_o[mi][2 * b + 1][2 * h], acc_o[mi][2 * b][2 * h + 1],
+                          acc_o[mi][2 * b + 1][2 * h + 1]);
+      }
     }
   }
   __syncthreads();

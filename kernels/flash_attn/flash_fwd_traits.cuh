@@ -19,9 +19,10 @@ struct FwdTraits {
   static constexpr bool kDecode = kDecode_;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  // Keys per step: the decode tiling spreads 64 keys over 4 warps (16 each); the prefill tiling
-  // keeps its S fragment small next to the 32-row O accumulator of hd96/128 (no spills).
-  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? 64 : 32) : (kHeadDim <= 64 ? 64 : 32);
+  // Keys per shared-memory stage. Decode spreads 64 keys over the 4 warps (16 each). Prefill
+  // takes 64 keys per stage for head sizes <= 128 (one barrier and one rescale of O per 64
+  // keys); hd256 keeps 32 so that two CTAs (Q + 2 stages of K/V) still fit on one SM.
+  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? 64 : 32) : (kHeadDim <= 128 ? 64 : 32);
   // Decode: warps split each key tile in slices of 16 keys (one k-step of the P·V product).
   static constexpr int kWarpsN = kDecode ? kBlockN / 16 : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
@@ -31,22 +32,26 @@ struct FwdTraits {
   static constexpr int kWarpRows = 16 * kMFrags;
   static constexpr int kBlockM = kWarpRows * kWarpsM;
   static constexpr int kWarpKeys = kBlockN / kWarpsN;
-  static constexpr int kNFrags = kWarpKeys / 8;   // 8-key column blocks of S per warp
+  // Keys of one S fragment (QK^T, softmax, PV) per warp. A 64-key S next to the 32-row O of
+  // hd96/128 does not fit 255 registers, so those walk a 64-key stage in two 32-key steps.
+  static constexpr int kComputeN = (kDecode || kHeadDim <= 64) ? kWarpKeys : 32;
+  static constexpr int kSubSteps = kWarpKeys / kComputeN;
+  static constexpr int kNFrags = kComputeN / 8;   // 8-key column blocks of S per warp
   static constexpr int kDFrags = kHeadDim / 8;    // 8-wide column blocks of O
   static constexpr int kKSteps = kHeadDim / 16;   // k-steps of Q·K^T
-  static_assert(kWarpKeys % 16 == 0 && kHeadDim % 16 == 0, "tile shape");
+  static_assert(kComputeN % 16 == 0 && kWarpKeys % kComputeN == 0 && kHeadDim % 32 == 0, "tile shape");
 
   // Shared memory rows are padded by 16 bytes: the 8 rows one ldmatrix reads then start in 8
   // different bank groups for every head size (a XOR swizzle would not fit hd96's 12 chunks).
-  static constexpr int kRowStride = kHeadDim + 8;  // elements
+  static constexpr int kRowStride = kHeadDim + 8;  // elements of a 16-bit Q/K/V row
   static constexpr int kQElems = kBlockM * kRowStride;
-  static constexpr int kKvElems = kBlockN * kRowStride;  // one K or V tile
-  static constexpr int kStages = 2;
-  static constexpr int kRawBytes = kBlockN * kHeadDim;   // one fp8 K or V tile, unpadded
-  // Layout: Q | K/V stages (16-bit) | raw fp8 stages. fp8 caches land in the raw stages and are
-  // converted into a single 16-bit K/V pair (stage 0 of the 16-bit area).
-  static constexpr int kKvStagesUsed = kKvFp8 ? 1 : kStages;
-  static constexpr int kMainBytes = (kQElems + 2 * kKvElems * kKvStagesUsed) * 2 + (kKvFp8 ? 2 * kStages * kRawBytes : 0);
+  // Pipeline depth. fp8 decode tiles are small (9 KB per K or V), so three stages keep two
+  // tiles in flight per CTA at the same occupancy as two 16-bit stages.
+  static constexpr int kStages = (kKvFp8 && kDecode) ? 3 : 2;
+  // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
+  static constexpr int kKvRowBytes = kKvFp8 ? kHeadDim + 16 : kRowStride * 2;
+  static constexpr int kKvTileBytes = kBlockN * kKvRowBytes;  // one K or V tile
+  static constexpr int kMainBytes = kQElems * 2 + 2 * kStages * kKvTileBytes;
   // Epilogue: per warp-column O in fp32 (rows padded by 8 floats) plus max and sum per row.
   static constexpr int kORowStride = kHeadDim + 8;
   static constexpr int kEpiBytes = kWarpsN * kBlockM * (kORowStride + 2) * 4;

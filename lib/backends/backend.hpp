@@ -6,6 +6,7 @@
 //   plan()                  host-side scheduling (timed on its own)
 //   run()                   cache write + attention; allocates nothing and does not synchronize
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct AttentionOutput {
   int head_size_v = 0;
   std::vector<float> o;    // [num_tokens, num_heads, head_size_v]
   std::vector<float> lse;  // [num_tokens, num_heads], natural log; empty if not produced
+  // The precision the backend computed and stored O in; it picks the default budget (DESIGN.md).
+  // Unset = the model dtype (a bf16 kernel writing bf16 O). The cpu backend is fp32 throughout.
+  std::optional<DType> precision;
 };
 
 class BackendInstance {

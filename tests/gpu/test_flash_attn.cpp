@@ -234,6 +234,35 @@ TEST(FlashAttnGpu, OtherHeadSizes) {
   }
 }
 
+// The fp8 cache is widened in registers with head-dim and key orders specific to each head
+// size; block sizes 32 (a shift) and 48 (a division) cover both block-table lookups.
+TEST(FlashAttnGpu, Fp8HeadSizesAndBlockSizes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  struct Variant {
+    int d;
+    DType dtype, kv;
+    int block_size;
+  };
+  std::vector<Variant> variants = {{128, DType::bf16, DType::fp8_e4m3, 32}, {128, DType::f16, DType::fp8_e4m3, 48},
+                                   {128, DType::bf16, DType::bf16, 48}};
+#if !defined(ATTN_QUICK_BUILD)
+  variants.push_back({64, DType::bf16, DType::fp8_e4m3, 16});
+  variants.push_back({96, DType::f16, DType::fp8_e5m2, 16});
+  variants.push_back({256, DType::bf16, DType::fp8_e4m3, 32});
+#endif
+  for (const Variant& v : variants) {
+    Case c{make_spec(8, 2, v.d, v.dtype, v.block_size)};
+    c.spec.kv_cache_dtype = v.kv;
+    if (is_fp8(v.kv)) {
+      c.spec.k_scale = 0.05f;
+      c.spec.v_scale = 0.03f;
+    }
+    c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
+  }
+}
+
 // Host-only checks: the selector's reasons and the split rule need no device.
 TEST(FlashAttnSelector, RejectsWithReasons) {
   const auto backend = make_flash_attn_backend();

@@ -140,6 +140,7 @@ class CpuInstance final : public BackendInstance {
     out.head_size_v = b_.spec.head_size_v;
     out.o = o_;
     out.lse = lse_;
+    out.precision = DType::f32;  // fp32 arithmetic and fp32 outputs: held to the fp32 budget
     return out;
   }
 
