@@ -128,23 +128,29 @@ __global__ void __launch_bounds__(kThreads) concat_and_cache_mla_kernel(const Co
                      " cache=" + std::string(to_string(cache)));
 }
 
-// Calls f.template operator()<In, C>() for a runtime (input, cache) pair.
+// A dtype as a type, so a generic lambda can receive it as a compile-time constant (C++17).
+template <DType T>
+struct DTypeTag {
+  static constexpr DType value = T;
+};
+
+// Calls f(DTypeTag<In>{}, DTypeTag<C>{}) for a runtime (input, cache) pair.
 template <class F>
 void dispatch_dtypes(const char* what, DType in, DType cache, F&& f) {
-  auto with_cache = [&]<DType I>() {
+  auto with_cache = [&](auto in_tag) {
     switch (cache) {
-      case DType::f32: f.template operator()<I, DType::f32>(); return;
-      case DType::f16: f.template operator()<I, DType::f16>(); return;
-      case DType::bf16: f.template operator()<I, DType::bf16>(); return;
-      case DType::fp8_e4m3: f.template operator()<I, DType::fp8_e4m3>(); return;
-      case DType::fp8_e5m2: f.template operator()<I, DType::fp8_e5m2>(); return;
+      case DType::f32: f(in_tag, DTypeTag<DType::f32>{}); return;
+      case DType::f16: f(in_tag, DTypeTag<DType::f16>{}); return;
+      case DType::bf16: f(in_tag, DTypeTag<DType::bf16>{}); return;
+      case DType::fp8_e4m3: f(in_tag, DTypeTag<DType::fp8_e4m3>{}); return;
+      case DType::fp8_e5m2: f(in_tag, DTypeTag<DType::fp8_e5m2>{}); return;
     }
     unsupported(what, in, cache);
   };
   switch (in) {
-    case DType::f32: with_cache.template operator()<DType::f32>(); return;
-    case DType::f16: with_cache.template operator()<DType::f16>(); return;
-    case DType::bf16: with_cache.template operator()<DType::bf16>(); return;
+    case DType::f32: with_cache(DTypeTag<DType::f32>{}); return;
+    case DType::f16: with_cache(DTypeTag<DType::f16>{}); return;
+    case DType::bf16: with_cache(DTypeTag<DType::bf16>{}); return;
     default: unsupported(what, in, cache);
   }
 }
@@ -243,7 +249,9 @@ void launch_reshape_and_cache_flash(const ReshapeAndCacheParams& p, cudaStream_t
                     p.k_strides.head % 8 == 0 && p.v_strides.block % 8 == 0 && p.v_strides.slot % 8 == 0 &&
                     p.v_strides.head % 8 == 0 && aligned(p.key, 8 * in_b) && aligned(p.value, 8 * in_b) &&
                     aligned(p.k_cache, 8 * c_b) && aligned(p.v_cache, 8 * c_b);
-  dispatch_dtypes("reshape_and_cache_flash", p.input_dtype, p.cache_dtype, [&]<DType I, DType C>() {
+  dispatch_dtypes("reshape_and_cache_flash", p.input_dtype, p.cache_dtype, [&](auto in_tag, auto cache_tag) {
+    constexpr DType I = decltype(in_tag)::value;
+    constexpr DType C = decltype(cache_tag)::value;
     if (vec8)
       reshape_and_cache_kernel<I, C, 8><<<static_cast<unsigned>(p.num_tokens), kThreads, 0, stream>>>(p);
     else
@@ -260,7 +268,9 @@ void launch_concat_and_cache_mla(const ConcatAndCacheMlaParams& p, cudaStream_t 
   const bool vec8 = p.kv_lora_rank % 8 == 0 && p.rope_dim % 8 == 0 && p.kv_c_stride % 8 == 0 &&
                     p.k_pe_stride % 8 == 0 && p.block_stride % 8 == 0 && p.entry_stride % 8 == 0 &&
                     aligned(p.kv_c, 8 * in_b) && aligned(p.k_pe, 8 * in_b) && aligned(p.cache, 8 * c_b);
-  dispatch_dtypes("concat_and_cache_mla", p.input_dtype, p.cache_dtype, [&]<DType I, DType C>() {
+  dispatch_dtypes("concat_and_cache_mla", p.input_dtype, p.cache_dtype, [&](auto in_tag, auto cache_tag) {
+    constexpr DType I = decltype(in_tag)::value;
+    constexpr DType C = decltype(cache_tag)::value;
     if (vec8)
       concat_and_cache_mla_kernel<I, C, 8><<<static_cast<unsigned>(p.num_tokens), kThreads, 0, stream>>>(p);
     else

@@ -291,11 +291,20 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
-    cp_async_wait<kStages - 2>();  // tile n_tile (and Q) landed for this thread ...
-    __syncthreads();               // ... and for all; every warp is also done with tile n_tile - 1
-    // Refill the stage that tile n_tile - 1 used; it lands while this tile is computed.
-    if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
-    cp_async_commit();
+    // Refill the stage that tile n_tile - 1 used. Decode is memory-bound: it issues the refill
+    // before waiting, so kStages tiles are in flight while it waits, and pays a second barrier
+    // (below) for that. Prefill waits first and needs a single barrier per tile.
+    if constexpr (Tr::kDecode) {
+      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // tile n_tile (and Q) landed for this thread ...
+      __syncthreads();               // ... and for all
+    } else {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // every warp is also done with tile n_tile - 1
+      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
+      cp_async_commit();
+    }
 
     const uint8_t* sK = sKV + (2 * stage) * Tr::kKvTileBytes;
     const uint8_t* sV = sK + Tr::kKvTileBytes;
@@ -373,15 +382,14 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       // ---- scores in log2 units, masks, online softmax ----
       const int key_tile0 = n_tile * kBlockN + wkey0;
       const bool alibi = p.alibi_slopes != nullptr;
-      const bool plain = !softcap && !alibi && !need_mask;  // the common inner tile: scale only
+      // The common inner tile: scale only (qk_scale > 0 keeps the max of raw scores the max).
+      const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
+      const float s_scale = plain ? qk_scale : 1.f;  // raw -> log2 units still to apply
 #pragma unroll
       for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-        if (plain) {
-#pragma unroll
-          for (int j = 0; j < Tr::kNFrags; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[mi][j][e] *= qk_scale;
-        } else {
+        // Plain tiles keep the raw scores: the scale is folded into the exp2 argument below
+        // (one FFMA per score instead of FMUL + FADD).
+        if (!plain) {
           // Row facts are recomputed here rather than kept live across the loop (registers).
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -407,19 +415,20 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float mx = row_max[mi][h];
+          float mx = -INFINITY;
 #pragma unroll
           for (int j = 0; j < Tr::kNFrags; ++j) mx = fmaxf(mx, fmaxf(acc_s[mi][j][2 * h], acc_s[mi][j][2 * h + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx = fmaxf(row_max[mi][h], mx * s_scale);
           const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
           const float corr = fast_exp2(row_max[mi][h] - m_use);
           row_max[mi][h] = mx;
           float sum = 0.f;
 #pragma unroll
           for (int j = 0; j < Tr::kNFrags; ++j) {
-            acc_s[mi][j][2 * h] = fast_exp2(acc_s[mi][j][2 * h] - m_use);
-            acc_s[mi][j][2 * h + 1] = fast_exp2(acc_s[mi][j][2 * h + 1] - m_use);
+            acc_s[mi][j][2 * h] = fast_exp2(fmaf(acc_s[mi][j][2 * h], s_scale, -m_use));
+            acc_s[mi][j][2 * h + 1] = fast_exp2(fmaf(acc_s[mi][j][2 * h + 1], s_scale, -m_use));
             sum += acc_s[mi][j][2 * h] + acc_s[mi][j][2 * h + 1];
           }
           row_sum[mi][h] = row_sum[mi][h] * corr + sum;
@@ -474,6 +483,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         }
       }
     }
+    if constexpr (Tr::kDecode) __syncthreads();  // the next refill overwrites this stage
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -14,6 +14,7 @@
 #include "model/batch.hpp"
 #include "reference/reference.hpp"
 #include "timing/timing.hpp"
+#include "validate/naive.hpp"
 #include "validate/validate.hpp"
 
 namespace attn {
@@ -159,22 +160,6 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.mla = sp.use_mla;
 }
 
-// Relative L2 distance between the fp8 reference and one computed from unquantized K/V, on the
-// checked rows: the quantization error, reported and never gated.
-double quantization_error(const Batch& b, const ReferenceResult& ref, const ReferenceOptions& ropts) {
-  Batch unq = b;
-  unq.spec.kv_cache_dtype = b.spec.dtype;
-  const ReferenceResult r2 = compute_reference(unq, ropts);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.o.size(); ++i) {
-    const size_t row = i / static_cast<size_t>(ref.head_size_v);
-    if (!ref.checked[row] || !std::isfinite(ref.o[i]) || !std::isfinite(r2.o[i])) continue;
-    num += (ref.o[i] - r2.o[i]) * (ref.o[i] - r2.o[i]);
-    den += r2.o[i] * r2.o[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : 0.0;
-}
-
 }  // namespace
 
 PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
@@ -204,7 +189,8 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     refopts.sample_seed = s.seed;
     if (opts.progress) opts.progress(fmt::format("{}: reference ({} tokens)", batch.label, batch.num_tokens()));
     const ReferenceResult ref = compute_reference(batch, refopts);
-    const double quant_err = batch.spec.kv_fp8() ? quantization_error(batch, ref, refopts) : -1.0;
+    // fp8 caches: the quantization error (fp8 reference vs unquantized K/V), reported, never gated.
+    const double quant_err = batch.spec.kv_fp8() ? quantization_rel_l2(batch, ref.checked) : -1.0;
 
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
     for (const Backend* be : backends) {
