@@ -5,9 +5,10 @@
 // One CTA of 4 warps owns kBlockM packed query rows of one (sequence, kv head) and walks the
 // sequence's keys in tiles of kBlockN through the block table, double-buffered in shared memory.
 // Softmax runs online in fp32 in log2 units. Warps split the rows (prefill variant) or the keys
-// of each tile (decode variant, whose few rows would leave 3 of 4 warps idle); either way the
-// epilogue combines per-warp (max, sum, O) states in shared memory and writes O and LSE, or a
-// normalized partial state per split for merge_attn_states.
+// of each tile (decode variant, whose few rows would leave 3 of 4 warps idle). The epilogue
+// writes O and LSE, or a normalized partial state per split for merge_attn_states: straight
+// from registers where each warp owns whole rows (16-bit prefill), else after combining the
+// per-warp (max, sum, O) states in shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -486,6 +487,55 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     if constexpr (Tr::kDecode) __syncthreads();  // the next refill overwrites this stage
   }
   cp_async_wait<0>();
+
+  // ---- prefill epilogue: a warp owns whole rows (one warp column), so each quad normalizes its
+  // rows and stores O and LSE straight from registers; no shared memory, no further barrier ----
+  if constexpr (Tr::kWarpsN == 1 && !kFp8) {
+    const bool use_sink = p.sinks != nullptr && split == 0;
+    const int64_t slot = p.partial_offset + split;
+#pragma unroll
+    for (int mi = 0; mi < Tr::kMFrags; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float s = row_sum[mi][h];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        const int prow = warp_row0 + mi * 16 + g + 8 * h;
+        const int t = prow / G;
+        if (t >= q_len) continue;
+        const int head = kvh * G + prow % G;
+        const float m_row = row_max[mi][h];
+        const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
+        const float m = fmaxf(m_row, sink2);
+        const float m_use = m == -INFINITY ? 0.f : m;
+        const float w = exp2f(m_row - m_use);
+        const float total = s * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        const float wgt = w * inv * v_descale;
+        const float lse = total > 0.f ? (m_use + log2f(total)) * kLn2 : -INFINITY;
+        const int64_t tok = q_start + t;
+        const int64_t row_index = tok * p.num_q_heads + head;
+        if (p.o_partial != nullptr) {
+          // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
+          const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
+          float* dst = p.o_partial + prow_index * D + 2 * tq;
+#pragma unroll
+          for (int d = 0; d < Tr::kDFrags; ++d)
+            *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[mi][d][2 * h] * wgt, acc_o[mi][d][2 * h + 1] * wgt);
+          if (tq == 0) p.lse_partial[prow_index] = lse;
+        } else {
+          // o: [num_tokens, num_q_heads, D] of the model dtype
+          Element* dst = static_cast<Element*>(p.o) + row_index * D + 2 * tq;
+#pragma unroll
+          for (int d = 0; d < Tr::kDFrags; ++d)
+            *reinterpret_cast<uint32_t*>(dst + d * 8) =
+                pack2<Element>(acc_o[mi][d][2 * h] * wgt, acc_o[mi][d][2 * h + 1] * wgt);
+          if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
+        }
+      }
+    }
+    return;
+  }
   __syncthreads();
 
   // ---- epilogue: per-warp states -> shared memory -> combined, normalized output ----
