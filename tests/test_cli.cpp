@@ -109,11 +109,19 @@ TEST_F(CliTest, RunWritesResultsAtomicallyAndValidateGates) {
   r = run_cli("report compare " + csv + " " + csv + " --max-slowdown 5%");
   EXPECT_EQ(r.code, 0) << r.output;
 
-  // An output into a folder that does not exist: runtime error, no file left behind.
+  // An output into a folder that does not exist: refused before running, no file left behind.
   const std::string nowhere = (dir_ / "no" / "such" / "dir" / "r.csv").string();
   r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 1 --warmup 0 -q -o " + nowhere);
-  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(nowhere));
+
+  // A regular file where the folder should be: refused the same way.
+  const std::string blocker = write("blocker", "x");
+  const std::string under_file = blocker + "/r.csv";
+  r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 1 --warmup 0 -q -o " + under_file);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_FALSE(fs::exists(under_file));
 
   // Bad input before anything ran: exit 2 and no output file.
   const std::string never = (dir_ / "never.csv").string();

@@ -1,6 +1,7 @@
 // `attn-bench run` (check + time + report) and `attn-bench validate` (the CI gate: checks only).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fmt/format.h>
 #include <memory>
 #include <optional>
@@ -46,11 +47,22 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+void check_output_folder(const char* flag, const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw InputError(fmt::format("{} {}: the folder {} does not exist (create it first)", flag, path, dir.string()));
+}
+
 int run_verb(const RunArgs& a) {
   const std::vector<Scenario> scenarios = a.scenarios.load();
-  for (const std::string& out : a.outputs)
+  // Output paths are checked before anything runs, so a typo costs no benchmark time.
+  for (const std::string& out : a.outputs) {
     if (!ends_with(out, ".csv") && !ends_with(out, ".json"))
       throw InputError(fmt::format("--output {}: the file name must end in .csv or .json", out));
+    check_output_folder("--output", out);
+  }
+  if (!a.junit.empty()) check_output_folder("--junit", a.junit);
 
   PipelineOptions opts;
   opts.backends = split_commas(a.backend);

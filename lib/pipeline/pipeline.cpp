@@ -184,16 +184,30 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     std::string auto_note;
     const std::vector<const Backend*> backends = resolve_backends(names, registry, s.spec, batch, &auto_note);
 
+    // Support is decided first, so a batch no selected backend can run costs no reference.
+    std::vector<Support> support;
+    for (const Backend* be : backends) {
+      Support sup = be->available();
+      if (sup.ok) sup = be->supports(batch.spec, batch);
+      support.push_back(std::move(sup));
+    }
+    const bool any_runs = std::any_of(support.begin(), support.end(), [](const Support& x) { return x.ok; });
+
     ReferenceOptions refopts;
     refopts.max_pairs = opts.check_sample.value_or(s.check.sample_pairs);
     refopts.sample_seed = s.seed;
-    if (opts.progress) opts.progress(fmt::format("{}: reference ({} tokens)", batch.label, batch.num_tokens()));
-    const ReferenceResult ref = compute_reference(batch, refopts);
-    // fp8 caches: the quantization error (fp8 reference vs unquantized K/V), reported, never gated.
-    const double quant_err = batch.spec.kv_fp8() ? quantization_rel_l2(batch, ref.checked) : -1.0;
+    ReferenceResult ref;
+    double quant_err = -1.0;
+    if (any_runs) {
+      if (opts.progress) opts.progress(fmt::format("{}: reference ({} tokens)", batch.label, batch.num_tokens()));
+      ref = compute_reference(batch, refopts);
+      // fp8 caches: the quantization error (fp8 reference vs unquantized K/V), reported, never gated.
+      if (batch.spec.kv_fp8()) quant_err = quantization_rel_l2(batch, ref.checked);
+    }
 
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
-    for (const Backend* be : backends) {
+    for (size_t bi = 0; bi < backends.size(); ++bi) {
+      const Backend* be = backends[bi];
       ResultRow row;
       row.scenario = batch.label;
       row.backend = be->name();
@@ -216,8 +230,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.timestamp = timestamp;
       row.device = be->name() == "cpu" ? "host cpu" : opts.device_name;
 
-      Support sup = be->available();
-      if (sup.ok) sup = be->supports(batch.spec, batch);
+      const Support& sup = support[bi];
       if (!sup.ok) {
         row.status = to_string(RowStatus::skipped);
         row.reason = sup.reason;
