@@ -156,7 +156,7 @@ __device__ __forceinline__ uint2 fp8x4_to_16(uint32_t w, bool e5m2) {
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
 template <class Tr>
-__device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block) {
+__device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim;
   constexpr int kBlockM = Tr::kBlockM;
@@ -176,7 +176,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const int warp_m = warp % Tr::kWarpsM;
   const int warp_n = warp / Tr::kWarpsM;
 
-  const int kvh = blockIdx.y;
   const int split = blockIdx.z;
   const int G = p.num_q_heads / p.num_kv_heads;
 
@@ -641,16 +640,22 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 template <class Tr, class TrSmall>
 __global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_constant__ FlashAttnParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const int seq = p.tiles[2 * blockIdx.x];
-  const int m_block = p.tiles[2 * blockIdx.x + 1];
+#ifndef ATTN_FA_HEAD_MAJOR
+#define ATTN_FA_HEAD_MAJOR 0
+#endif
+  const bool head_major = Tr::kDecode && ATTN_FA_HEAD_MAJOR;
+  const int tile = head_major ? blockIdx.x / p.num_kv_heads : blockIdx.x;
+  const int kvh = head_major ? blockIdx.x % p.num_kv_heads : blockIdx.y;
+  const int seq = p.tiles[2 * tile];
+  const int m_block = p.tiles[2 * tile + 1];
   if constexpr (!Tr::kDecode) {
     const int rows = (p.query_start_loc[seq + 1] - p.query_start_loc[seq]) * (p.num_q_heads / p.num_kv_heads);
     if (rows <= TrSmall::kBlockM) {
-      attend_tile<TrSmall>(p, smem, seq, m_block);
+      attend_tile<TrSmall>(p, smem, seq, m_block, kvh);
       return;
     }
   }
-  attend_tile<Tr>(p, smem, seq, m_block);
+  attend_tile<Tr>(p, smem, seq, m_block, kvh);
 }
 
 // Host side of one instantiation: raises the shared-memory limit once, then launches. Launch
@@ -663,7 +668,9 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
   static const cudaError_t configured = cudaFuncSetAttribute(
       flash_fwd_kernel<Tr, TrSmall>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   (void)configured;
-  const dim3 grid(p.num_tiles, p.num_kv_heads, p.num_splits);
+  const bool head_major = kDecode && ATTN_FA_HEAD_MAJOR;
+  const dim3 grid(head_major ? p.num_tiles * p.num_kv_heads : p.num_tiles, head_major ? 1 : p.num_kv_heads,
+                  p.num_splits);
   flash_fwd_kernel<Tr, TrSmall><<<grid, Tr::kThreads, kSmem, stream>>>(p);
 }
 

@@ -48,7 +48,10 @@ struct FwdTraits {
   static constexpr int kQElems = kBlockM * kRowStride;
   // Pipeline depth. fp8 decode tiles are small (9 KB per K or V), so three stages keep two
   // tiles in flight per CTA at the same occupancy as two 16-bit stages.
-  static constexpr int kStages = (kKvFp8 && kDecode) ? 3 : 2;
+#ifndef ATTN_FA_DECODE_STAGES
+#define ATTN_FA_DECODE_STAGES 2
+#endif
+  static constexpr int kStages = (kKvFp8 && kDecode) ? 3 : (kDecode && kHeadDim <= 128 ? ATTN_FA_DECODE_STAGES : 2);
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
   static constexpr int kKvRowBytes = kKvFp8 ? kHeadDim + 16 : kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kKvRowBytes;  // one K or V tile

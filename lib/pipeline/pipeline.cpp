@@ -7,7 +7,6 @@
 #include <cstring>
 #include <ctime>
 #include <fmt/format.h>
-#include <set>
 
 #include "core/error.hpp"
 #include "metadata/common.hpp"
@@ -57,13 +56,16 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
   s.num_decode_tokens = split.num_decode_tokens;
   s.num_prefill_tokens = split.num_prefill_tokens;
 
-  std::set<int32_t> used;
+  // Distinct physical blocks in use (shared prefix blocks count once).
+  std::vector<uint8_t> used(static_cast<size_t>(b.num_blocks), 0);
   for (int r = 0; r < b.num_reqs(); ++r) {
     const int nblk = (b.requests[static_cast<size_t>(r)].seq_len() + b.block_size - 1) / b.block_size;
-    for (int j = 0; j < nblk; ++j)
-      used.insert(b.block_table[static_cast<size_t>(r) * b.max_blocks_per_req + static_cast<size_t>(j)]);
+    for (int j = 0; j < nblk; ++j) {
+      uint8_t& u = used[static_cast<size_t>(b.block_table[static_cast<size_t>(r) * b.max_blocks_per_req + static_cast<size_t>(j)])];
+      s.blocks_used += u == 0;
+      u = 1;
+    }
   }
-  s.blocks_used = static_cast<int64_t>(used.size());
   s.num_blocks = b.num_blocks;
   const double entry = b.spec.use_mla ? b.spec.mla.latent_dim()
                                       : static_cast<double>(b.spec.num_kv_heads) * (b.spec.head_size_qk + b.spec.head_size_v);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <cstdlib>
 
 namespace attn {
 
@@ -47,6 +48,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     pass.tiles.push_back(t.m_block);
   }
   pass.num_splits = flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms);
+  if (const char* e = std::getenv("ATTN_FA_SPLITS"); e != nullptr && pass.tiling.decode) pass.num_splits = std::atoi(e);
   return pass;
 }
 
