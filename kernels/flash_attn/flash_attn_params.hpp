@@ -6,7 +6,7 @@
 // kBlockM consecutive rows of the sequence's packed query. A packed row is (token, g): the
 // G = num_q_heads / num_kv_heads query heads that share a kv head sit next to each other, so a
 // decode token of a GQA model fills G rows of a tile instead of one. The grid is
-// (num_tiles, num_kv_heads, num_splits).
+// (num_tiles, num_kv_heads, num_splits); decode launches flatten (tile, kv head) kv-head-fastest.
 #include <cstdint>
 
 namespace attn {

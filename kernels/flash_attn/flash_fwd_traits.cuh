@@ -46,12 +46,12 @@ struct FwdTraits {
   // different bank groups for every head size (a XOR swizzle would not fit hd96's 12 chunks).
   static constexpr int kRowStride = kHeadDim + 8;  // elements of a 16-bit Q/K/V row
   static constexpr int kQElems = kBlockM * kRowStride;
-  // Pipeline depth. fp8 decode tiles are small (9 KB per K or V), so three stages keep two
-  // tiles in flight per CTA at the same occupancy as two 16-bit stages.
-#ifndef ATTN_FA_DECODE_STAGES
-#define ATTN_FA_DECODE_STAGES 2
-#endif
-  static constexpr int kStages = (kKvFp8 && kDecode) ? 3 : (kDecode && kHeadDim <= 128 ? ATTN_FA_DECODE_STAGES : 2);
+  // Pipeline depth. Decode runs three stages: a decode CTA computes little per tile, so the
+  // third stage keeps two tiles in flight while it waits, and its larger footprint (109 KB for
+  // hd128) puts 2 CTAs on an SM: a 64 x 8 grid then fills 1.94 waves of 264 slots instead of
+  // 1.29 of 396 (measured 441 -> 399 us on 64 x 4k). fp8 decode tiles are small (9 KB per K or V).
+  // hd64/96/256 keep two 16-bit stages (not measured with three; hd256 would drop to 1 CTA/SM).
+  static constexpr int kStages = (kDecode && (kKvFp8 || kHeadDim == 128)) ? 3 : 2;
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
   static constexpr int kKvRowBytes = kKvFp8 ? kHeadDim + 16 : kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kKvRowBytes;  // one K or V tile
@@ -62,7 +62,8 @@ struct FwdTraits {
   static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
 };
 
-// Launches flash_fwd_kernel<FwdTraits<...>> over grid (num_tiles, num_kv_heads, num_splits).
+// Launches flash_fwd_kernel<FwdTraits<...>> over grid (num_tiles, num_kv_heads, num_splits), or
+// (num_tiles * num_kv_heads, 1, num_splits) kv-head-fastest for the decode tiling.
 template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream);
 

@@ -34,7 +34,7 @@ struct FlashAttnSchedule {
 };
 
 // Split rule (FlashDecoding): split only while the pass has fewer CTAs (tiles x kv heads) than
-// SMs; then aim at two waves, keeping each KV chunk at least kMinSplitKeys keys, at most
+// SMs; then aim at 2 CTAs per SM without exceeding it, keeping each KV chunk at least kMinSplitKeys keys, at most
 // kMaxSplits chunks.
 constexpr int kMinSplitKeys = 256;
 constexpr int kMaxSplits = 32;
