@@ -13,7 +13,9 @@ import sys
 # case -> (peer case, batch, q_len, kv_len, metric) for llama3-8b (32 q / 8 kv heads, hd 128)
 PEER_OF = {
     "decode": ("decode", 64, 1, 4096, "gbps"),
+    "decode_graph": ("decode", 64, 1, 4096, "gbps"),
     "prefill": ("prefill_causal", 2, 4096, 4096, "tflops"),
+    "prefill_8k": ("prefill_causal", 1, 8192, 8192, "tflops"),
 }
 
 
@@ -24,18 +26,17 @@ def num(x):
         return None
 
 
-def best_peer(peers, case):
+def peer_figure(peers, case, which):
+    """The figure of torch peer `which` (flash = FA2, cudnn) on the same shape, and its metric."""
     if case not in PEER_OF:
         return None, None
     pcase, b, q, kv, metric = PEER_OF[case]
-    best = None
     for p in peers:
-        if (p.get("case") == pcase and num(p.get("batch")) == b and num(p.get("q_len")) == q
-                and num(p.get("kv_len")) == kv and num(p.get("q_heads")) == 32 and num(p.get("kv_heads")) == 8
-                and num(p.get("head_dim")) == 128 and num(p.get(metric))):
-            if best is None or num(p[metric]) > num(best[metric]):
-                best = p
-    return best, metric
+        if (p.get("case") == pcase and p.get("peer") == "torch_sdpa_" + which and num(p.get("batch")) == b
+                and num(p.get("q_len")) == q and num(p.get("kv_len")) == kv and num(p.get("q_heads")) == 32
+                and num(p.get("kv_heads")) == 8 and num(p.get("head_dim")) == 128 and num(p.get(metric))):
+            return num(p[metric]), metric
+    return None, metric
 
 
 def main():
@@ -50,34 +51,33 @@ def main():
                 peers = list(csv.DictReader(f))
         except OSError:
             pass
-    out = [("backend", "case", "status", "median us", "TFLOP/s", "GB/s", "peer", "ratio")]
+    out = [("backend", "case", "status", "median us", "TFLOP/s", "GB/s", "FA2 peer", "x FA2", "cuDNN peer", "x cuDNN")]
     for r in rows:
         med, tfl = num(r.get("median_time_us")), num(r.get("tflops"))
         tbs = num(r.get("tb_per_sec"))
         gbs = tbs * 1000 if tbs is not None else None
-        peer, metric = best_peer(peers, r.get("case", ""))
-        peer_txt, ratio = "-", "-"
-        if peer:
-            pv = num(peer[metric])
-            peer_txt = f"{pv:.0f} {'GB/s' if metric == 'gbps' else 'TFLOP/s'} ({peer['peer'].replace('torch_sdpa_', '')})"
+        cells = []
+        for which in ("flash", "cudnn"):
+            pv, metric = peer_figure(peers, r.get("case", ""), which)
             mine = gbs if metric == "gbps" else tfl
-            if mine:
-                ratio = f"{mine / pv:.2f}"
+            cells.append(f"{pv:.0f}" if pv else "-")
+            cells.append(f"{mine / pv:.2f}" if pv and mine else "-")
         out.append((r.get("backend", "?"), r.get("case", "?"), r.get("status", "?"),
                     f"{med:.1f}" if med else "-", f"{tfl:.1f}" if tfl else "-", f"{gbs:.0f}" if gbs else "-",
-                    peer_txt, ratio))
+                    *cells))
     if len(sys.argv) > 3:
         try:
             with open(sys.argv[3]) as f:
                 micro = json.load(f)
             for bm in micro.get("benchmarks", []):
                 if bm.get("error_occurred"):
-                    out.append(("micro", bm["name"], "skipped", "-", "-", "-", bm.get("error_message", "")[:40], "-"))
+                    out.append(("micro", bm["name"], "skipped", "-", "-", "-",
+                                bm.get("error_message", "")[:40], "-", "-", "-"))
                     continue
                 t = bm.get("real_time", 0) * {"ns": 1e-3, "us": 1, "ms": 1e3}.get(bm.get("time_unit", "us"), 1)
                 tf = bm.get("TFLOP/s")
                 out.append(("micro", bm["name"], "ok", f"{t:.1f}", f"{tf:.1f}" if tf else "-",
-                            f"{bm.get('GB/s', 0):.0f}", "-", "-"))
+                            f"{bm.get('GB/s', 0):.0f}", "-", "-", "-", "-"))
         except (OSError, ValueError):
             pass
     widths = [max(len(str(row[i])) for row in out) for i in range(len(out[0]))]
