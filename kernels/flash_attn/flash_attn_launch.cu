@@ -3,10 +3,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
+#include "kernels/flash_attn/flash_fwd_sm90.hpp"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
 
 namespace attn {
@@ -80,12 +83,32 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
   }
 }
 
+bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
+  // ATTN_FA_SM90=0 keeps the mma.sync kernel (A/B timing in one binary).
+  static const bool enabled = [] {
+    const char* v = std::getenv("ATTN_FA_SM90");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  // The wgmma kernel's tile is the mma.sync prefill tile (128 packed rows), so the host plan
+  // (tile list, split count) is the same for both kernels.
+  return enabled && !t.decode && t.no_small_seqs && t.block_m == 128 && c.head_size_qk == 128 &&
+         c.head_size_v == 128 && !c.use_mla && c.kv_dtype == c.dtype &&
+         (c.dtype == DType::bf16 || c.dtype == DType::f16) && fa::sm90_prefill_compiled();
+}
+
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
                            cudaStream_t stream) {
   if (const std::string why = flash_attn_unsupported_reason(c); !why.empty())
     throw RuntimeError("launch_flash_attn_fwd: " + why);
   if (p.num_tiles == 0) return;
   const bool fp8 = is_fp8(c.kv_dtype);
+  if (flash_attn_uses_sm90(c, t)) {
+    fa::run_flash_fwd_sm90(p, c.dtype == DType::f16, stream);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+      throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));
+    return;
+  }
   switch (c.head_size_qk) {
 #if !defined(ATTN_QUICK_BUILD)
     case 64: dispatch_dtype<64>(p, c.dtype, fp8, t.decode, stream); break;

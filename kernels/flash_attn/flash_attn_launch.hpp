@@ -35,9 +35,18 @@ struct FlashAttnTiling {
   int block_m = 0;        // packed query rows per tile
   int block_n = 0;        // keys per main-loop step (split chunks are multiples of it)
   int small_block_m = 0;  // a sequence with at most this many packed rows gets one decode tile
+  // Prefill tiling with no decode-sized sequence in the launch (set by the planner): only such
+  // launches may run the sm_90a kernel, which has no decode tiling for the small ones.
+  bool no_small_seqs = false;
 };
 // max_packed_rows: the largest query_len * G of any sequence in the launch.
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
+
+// Whether launch_flash_attn_fwd runs the sm_90a wgmma kernel for `c` and `t` on the current
+// device: head size 128, fp16/bf16 with a cache of the same dtype, the prefill tiling without
+// decode-sized sequences, a compute capability 9.0 device and an sm_90a image in this binary.
+// ATTN_FA_SM90=0 in the environment turns it off (A/B timing against the mma.sync kernel).
+bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws
 // RuntimeError when `c` is unsupported or the launch fails. Allocates nothing, never syncs.

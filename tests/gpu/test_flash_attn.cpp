@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "backends/flash_attn/flash_attn_backend.hpp"
@@ -261,6 +262,131 @@ TEST(FlashAttnGpu, Fp8HeadSizesAndBlockSizes) {
     const Outcome r = run_case(c);
     EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
   }
+}
+
+// ---- the sm_90a wgmma prefill kernel: batches without decode-sized sequences, hd128, 16-bit
+// cache. On other devices or builds the same cases run the mma.sync kernel and still must pass.
+
+bool device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+// The wgmma kernel runs on compute capability 9.0 unless ATTN_FA_SM90=0 turns it off.
+bool sm90_expected() {
+  const char* v = std::getenv("ATTN_FA_SM90");
+  return device_is_sm90() && (v == nullptr || std::string(v) != "0");
+}
+
+// The kernel the launcher picks for a pass planned over these (context, query) requests.
+bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& reqs) {
+  std::vector<int32_t> q, k;
+  for (const RequestShape& r : reqs) {
+    q.push_back(r.query_len);
+    k.push_back(r.context_len + r.query_len);
+  }
+  const FlashAttnPass pass =
+      make_flash_attn_pass(q, k, true, s.num_q_heads / s.num_kv_heads, s.head_size_qk, s.num_kv_heads, 132, 0);
+  FlashAttnConfig c;
+  c.num_q_heads = s.num_q_heads;
+  c.num_kv_heads = s.num_kv_heads;
+  c.head_size_qk = s.head_size_qk;
+  c.head_size_v = s.head_size_v;
+  c.dtype = s.dtype;
+  c.kv_dtype = s.kv_cache_dtype;
+  c.block_size = s.block_size;
+  return flash_attn_uses_sm90(c, pass.tiling);
+}
+
+TEST(FlashAttnSm90, SelectedOnlyForPrefillHd128SixteenBitCache) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const bool sm90 = sm90_expected();
+  const std::vector<RequestShape> prefill = {{0, 97}, {150, 130}};
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128, DType::f16), prefill), sm90);
+  // Declined to the mma.sync kernel: decode, a mixed batch, fp8 caches, other head sizes.
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
+  AttentionSpec fp8 = make_spec(32, 8, 128);
+  fp8.kv_cache_dtype = DType::fp8_e4m3;
+  EXPECT_FALSE(pass_uses_sm90(fp8, prefill));
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 64), prefill));
+  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), prefill));
+}
+
+TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  c.requests = {{0, 97}, {150, 130}, {0, 5}, {40, 64}, {1000, 300}, {3, 19}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
+}
+
+TEST(FlashAttnSm90, LongCausalBf16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{0, 1500}, {700, 600}, {129, 255}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashAttnSm90, WindowSoftCapSinksAlibi) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case w{make_spec(10, 2, 128)};
+  w.spec.sliding_window = 40;
+  w.requests = {{150, 100}, {0, 77}, {333, 300}};
+  EXPECT_VALID(run_case(w));
+  Case s{make_spec(16, 2, 128)};
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  EXPECT_VALID(run_case(s));
+  Case a{make_spec(12, 12, 128, DType::f16)};
+  a.spec.alibi = true;
+  a.requests = {{100, 20}, {0, 300}};
+  EXPECT_VALID(run_case(a));
+}
+
+TEST(FlashAttnSm90, LocalChunksAndEncoder) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case l{make_spec(8, 2, 128)};
+  l.local_attention_chunk = 64;
+  l.requests = {{50, 100}, {0, 200}, {300, 150}};
+  EXPECT_VALID(run_case(l));
+  Case e{make_spec(8, 2, 128)};
+  e.spec.attn_type = AttentionType::encoder_only;
+  e.requests = {{0, 70}, {0, 9}, {0, 300}};
+  EXPECT_VALID(run_case(e));
+}
+
+TEST(FlashAttnSm90, SplitPartialsForFewLongPrefills) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 1, 128)};
+  c.spec.sinks = true;  // counted once across splits
+  c.requests = {{3000, 12}, {1777, 5}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
+}
+
+TEST(FlashAttnSm90, CascadeBothPasses) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(16, 4, 128)};
+  c.spec.sinks = true;
+  c.spec.logits_soft_cap = 30.0f;
+  c.shared_prefix_len = 512;
+  for (int i = 0; i < 12; ++i) c.requests.push_back({512 + 37 * i, 4 + i});
+  c.cascade = CascadeMode::on;
+  const Outcome on = run_case(c);
+  EXPECT_VALID(on);
+  EXPECT_NE(on.plan.find("cascade=on"), std::string::npos) << on.plan;
+  c.cascade = CascadeMode::off;
+  const Outcome off = run_case(c);
+  EXPECT_VALID(off);
+  EXPECT_LT(diff_outputs(on.out, off.out).rel_l2, 1e-2);
 }
 
 // Host-only checks: the selector's reasons and the split rule need no device.

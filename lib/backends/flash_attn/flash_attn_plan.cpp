@@ -31,8 +31,10 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     int64_t keys;
   };
   std::vector<Tile> tiles;
+  pass.tiling.no_small_seqs = !pass.tiling.decode;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
+    if (rows <= pass.tiling.small_block_m) pass.tiling.no_small_seqs = false;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
     const int bm = rows <= pass.tiling.small_block_m ? pass.tiling.small_block_m : pass.tiling.block_m;
     for (int mb = 0; mb * bm < rows; ++mb) {

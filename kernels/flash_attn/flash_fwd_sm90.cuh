@@ -1,0 +1,398 @@
+#pragma once
+// Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
+// accumulators in registers, K and V read by the tensor cores straight from shared memory.
+//
+// Served shapes: head size 128, fp16/bf16 model dtype with a cache of the same dtype, the prefill
+// tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other head sizes,
+// sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+//
+// A CTA is two warpgroups; warpgroup w owns packed rows 64w .. 64w + 63 of the tile. Per key tile
+// of 128 keys a warpgroup computes S = Q K^T (8 x m64n128k16, Q and K from shared memory), the
+// online softmax of its 64 rows in registers, and O += P V (8 x m64n128k16, P from registers as
+// the A operand, V from shared memory read N-major). K/V tiles arrive through the block table
+// with 16-byte cp.async copies (pages of 16 tokens rule out the bulk tensor copy engine), two
+// stages deep, into the 128-byte-swizzled layout the matrix descriptors name.
+//
+// Shared-memory layout of a 128 x 128 16-bit tile (Q, K or V): two column halves of 64 elements
+// (128 bytes per row), each [128 rows][128 B]; within a half, the 16-byte chunk c of row r sits
+// at chunk c ^ (r % 8). Every half starts on a 1024-byte boundary (the swizzle period).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/flash_attn/flash_attn_params.hpp"
+#include "kernels/flash_attn/flash_fwd_kernel.cuh"  // cp.async, pack2, fast_exp2 helpers
+
+namespace attn::fa::sm90 {
+
+constexpr int kHeadDim = 128;
+constexpr int kBlockM = 128;  // packed query rows per CTA (two warpgroups of 64)
+constexpr int kBlockN = 128;  // keys per shared-memory stage
+constexpr int kThreads = 256;
+constexpr int kTileBytes = 128 * kHeadDim * 2;     // one Q, K or V tile: 32 KB
+constexpr int kHalfBytes = kTileBytes / 2;         // one 64-column half of a tile
+constexpr int kStages = 2;
+constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + 1024;  // 161 KB + alignment slack: one CTA per SM
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_FA_SM90_DEVICE 1
+#endif
+
+// Byte offset of 16-byte chunk `chunk` (0..15 along the head dim) of row `row` in a swizzled tile.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K): the leading offset
+// is unused, the stride offset is the 1024 bytes between groups of 8 rows. N-major V: the
+// leading offset steps from head dims 0-63 to 64-127 (one half), the stride offset from keys
+// 0-7 to 8-15 (1024 bytes).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+#if defined(ATTN_FA_SM90_DEVICE)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Makes cp.async writes of this thread visible to the tensor cores' (async proxy) reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#else
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() {}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {}
+__device__ __forceinline__ void fence_proxy_async() {}
+#endif
+
+// Keeps the compiler from moving accumulator registers across an in-flight wgmma.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define ATTN_FA_WGMMA_SS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+
+#define ATTN_FA_WGMMA_RS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+
+// d[64] (+)= A(64 x 16) B(16 x 128), A and B K-major in shared memory. Accumulator layout per
+// warp w of the warpgroup: d[4j + e] is row 16w + lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
+template <class Element>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if defined(ATTN_FA_SM90_DEVICE)
+  if constexpr (std::is_same_v<Element, __half>) {
+    ATTN_FA_WGMMA_SS("f16");
+  } else {
+    ATTN_FA_WGMMA_SS("bf16");
+  }
+#endif
+}
+
+// d[64] (+)= A(64 x 16, registers: the mma.sync m16n8k16 A fragment per warp) B(16 x 128), B
+// N-major in shared memory.
+template <class Element>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+#if defined(ATTN_FA_SM90_DEVICE)
+  if constexpr (std::is_same_v<Element, __half>) {
+    ATTN_FA_WGMMA_RS("f16");
+  } else {
+    ATTN_FA_WGMMA_RS("bf16");
+  }
+#endif
+}
+
+// One CTA: packed rows m_block * 128 .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
+// Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with a
+// context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
+template <class Element>
+__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
+#if defined(ATTN_FA_SM90_DEVICE)
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  // Swizzle atoms must start on 1024-byte boundaries.
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+  uint8_t* sQ = smem;                 // [2 halves][128 rows][128 B] swizzled
+  uint8_t* sKV = smem + kTileBytes;   // stage s: K at sKV + 2s * kTileBytes, V right after
+  const uint32_t sQ_addr = smem_u32(sQ);
+  const uint32_t sKV_addr = smem_u32(sKV);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;           // warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+  const int warp = (tid % 128) / 32;  // warp within the warpgroup: 16 of those rows
+  const int lane = tid % 32;
+  const int g = lane / 4, tq = lane % 4;
+
+  const int seq = p.tiles[2 * blockIdx.x];
+  const int m_block = p.tiles[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int G = p.num_q_heads / p.num_kv_heads;
+
+  const int q_start = p.query_start_loc[seq];
+  const int q_len = p.query_start_loc[seq + 1] - q_start;
+  const int seq_len = p.seq_lens[seq];
+  const int pos_base = seq_len - q_len;
+  const int row0 = m_block * kBlockM;
+  const int tok_first = row0 / G;
+  const int tok_last = min(q_len - 1, (row0 + kBlockM - 1) / G);
+  const int pos_first = pos_base + tok_first;
+  const int pos_last = pos_base + tok_last;
+
+  // ---- key range of the tile, this split's share, and the tiles that need no mask ----
+  int kv_lo = p.kv_begin;
+  int kv_hi = seq_len;
+  if (p.causal) kv_hi = min(kv_hi, pos_last + 1);
+  if (p.window > 0) kv_lo = max(kv_lo, pos_first - p.window + 1);
+  if (p.local_chunk > 0) kv_lo = max(kv_lo, (pos_first / p.local_chunk) * p.local_chunk);
+  const int n_lo = max(kv_lo, 0) / kBlockN;
+  const int n_hi = kv_hi > kv_lo ? (kv_hi + kBlockN - 1) / kBlockN : n_lo;
+  const int per_split = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
+  const int n_begin = min(n_hi, n_lo + split * per_split);
+  const int n_end = min(n_hi, n_begin + per_split);
+  int lo_key = max(kv_lo, 0);
+  if (p.window > 0) lo_key = max(lo_key, pos_last - p.window + 1);
+  if (p.local_chunk > 0) lo_key = max(lo_key, (pos_last / p.local_chunk) * p.local_chunk);
+  const int n_plain_lo = (lo_key + kBlockN - 1) / kBlockN;
+  const int n_plain_hi = p.causal ? min(seq_len, pos_first + 1) / kBlockN : seq_len / kBlockN;
+
+  // ---- copies: thread tid moves chunk tid % 16 of rows tid / 16 + 16 i (i < 8) of every tile ----
+  const int chunk = tid % 16;
+  const int row_base = tid / 16;
+  {
+    const Element* q = static_cast<const Element*>(p.q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = row_base + 16 * i;
+      const int prow = row0 + r;
+      const int t = prow / G;
+      const bool valid = t < q_len;
+      const int64_t tok = q_start + (valid ? t : 0);
+      const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * kHeadDim + chunk * 8;
+      cp_async_16(sQ + swizzled(r, chunk), src, valid);
+    }
+  }
+  // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
+  auto load_kv = [&](int n_tile, int stage) {
+    const int key0 = n_tile * kBlockN;
+    const int bs = p.block_size;
+    const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+    const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2 + chunk * 16;
+    uint8_t* dst_k = sKV + (2 * stage) * kTileBytes;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = row_base + 16 * i;
+      const int key = key0 + r;
+      const bool valid = key < seq_len;
+      const int kk = valid ? key : 0;
+      const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
+      const int slot = kk - blk_idx * bs;
+      const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off;
+      uint8_t* dk = dst_k + swizzled(r, chunk);
+      cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+      cp_async_16(dk + kTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+    }
+  };
+
+  const bool softcap = p.softcap > 0.f;
+  const bool alibi = p.alibi_slopes != nullptr;
+  const float qk_scale = p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e);
+  const float cap_log2 = p.softcap * kLog2e;
+  const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
+
+  float acc_o[64];  // O rows (g, g + 8) of this warp, 16 column blocks of 8
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; quad-reduced in the epilogue
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc_o[i] = 0.f;
+
+  if (n_begin < n_end) load_kv(n_begin, 0);
+  cp_async_commit();
+
+  // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
+  const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
+
+  // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
+  // 16 ks ..: half ks / 4 of the tile, 32-byte offset ks % 4 inside its swizzled rows.
+  auto issue_qk = [&](float (&s)[64], int stage) {
+    const uint32_t k_addr = sKV_addr + (2 * stage) * kTileBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const uint32_t koff = (ks / 4) * kHalfBytes + (ks % 4) * 32;
+      wgmma_ss<Element>(s, q_desc + (koff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+    }
+    wgmma_commit();
+  };
+  // O += P V of the tile in stage `stage`, issued: P's accumulator fragments are already the A
+  // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart).
+  auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int stage) {
+    const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kTileBytes;
+    fence_regs(acc_o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kHalfBytes, 1024), 1);
+    wgmma_commit();
+  };
+  // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
+  // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
+  auto softmax = [&](float (&s)[64], int n_tile, float (&corr)[2]) {
+    const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
+    const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
+    const float s_scale = plain ? qk_scale : 1.f;
+    const int key_tile0 = n_tile * kBlockN;
+    if (!plain) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int prow = warp_row0 + g + 8 * h;
+        const int pos = pos_base + prow / G;
+        const float slope = alibi ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
+        const int lo = max(kv_lo, p.window > 0 ? pos - p.window + 1 : 0);
+        const int lo2 = p.local_chunk > 0 ? max(lo, (pos / p.local_chunk) * p.local_chunk) : lo;
+        const int hi = p.causal ? min(seq_len - 1, pos) : seq_len - 1;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float v = s[4 * j + 2 * h + e] * qk_scale;
+            if (softcap) v = cap_log2 * tanhf(v);
+            const int key = key_tile0 + j * 8 + 2 * tq + e;
+            if (alibi) v -= slope * static_cast<float>(abs(pos - key));
+            if (need_mask && (key < lo2 || key > hi)) v = -INFINITY;
+            s[4 * j + 2 * h + e] = v;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(row_max[h], mx * s_scale);
+      const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
+      corr[h] = fast_exp2(row_max[h] - m_use);
+      row_max[h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], s_scale, -m_use));
+        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], s_scale, -m_use));
+        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * corr[h] + sum;
+    }
+  };
+  auto rescale_o = [&](const float (&corr)[2]) {
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      acc_o[4 * d] *= corr[0];
+      acc_o[4 * d + 1] *= corr[0];
+      acc_o[4 * d + 2] *= corr[1];
+      acc_o[4 * d + 3] *= corr[1];
+    }
+  };
+  auto to_a = [&](const float (&s)[64], uint32_t (&pa)[kBlockN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  // Top of every key tile: its copies landed and are visible to the tensor cores for all
+  // threads, and every warpgroup finished the MMAs that read the stage refilled next.
+  auto tile_ready = [&]() {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+  };
+
+  // One barrier per key tile; the refill of the other stage overlaps this tile's MMAs and softmax.
+  for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
+    const int it = n_tile - n_begin;
+    const int stage = it % kStages;
+    tile_ready();
+    if (n_tile + 1 < n_end) load_kv(n_tile + 1, (it + 1) % kStages);
+    cp_async_commit();
+    float s[64];
+    issue_qk(s, stage);
+    wgmma_wait<0>();
+    fence_regs(s);
+    float corr[2];
+    softmax(s, n_tile, corr);
+    rescale_o(corr);
+    uint32_t pa[kBlockN / 16][4];
+    to_a(s, pa);
+    issue_pv(pa, stage);
+    wgmma_wait<0>();
+    fence_regs(acc_o);
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue straight from registers: each quad owns whole rows ----
+  const bool use_sink = p.sinks != nullptr && split == 0;
+  const int64_t slot = p.partial_offset + split;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sm = row_sum[h];
+    sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+    sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+    const int prow = warp_row0 + g + 8 * h;
+    const int t = prow / G;
+    if (t >= q_len) continue;
+    const int head = kvh * G + prow % G;
+    const float m_row = row_max[h];
+    const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
+    const float m = fmaxf(m_row, sink2);
+    const float m_use = m == -INFINITY ? 0.f : m;
+    const float w = exp2f(m_row - m_use);
+    const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const float wgt = w * inv;
+    const float lse = total > 0.f ? (m_use + log2f(total)) * kLn2 : -INFINITY;
+    const int64_t tok = q_start + t;
+    const int64_t row_index = tok * p.num_q_heads + head;
+    if (p.o_partial != nullptr) {
+      // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
+      const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
+      float* dst = p.o_partial + prow_index * kHeadDim + 2 * tq;
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d)
+        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+      if (tq == 0) p.lse_partial[prow_index] = lse;
+    } else {
+      // o: [num_tokens, num_q_heads, D] of the model dtype
+      Element* dst = static_cast<Element*>(p.o) + row_index * kHeadDim + 2 * tq;
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d)
+        *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+      if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
+    }
+  }
+#endif
+}
+
+}  // namespace attn::fa::sm90
