@@ -1,6 +1,7 @@
 #include "cli_common.hpp"
 
 #include "core/error.hpp"
+#include "report/text.hpp"
 
 namespace attn::cli {
 
@@ -37,42 +38,19 @@ void add_format_option(CLI::App& cmd, Format& f) {
 
 namespace attn::cli {
 
-namespace {
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char ch : s) o += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return o + "\"";
-}
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-          o += buf;
-        } else {
-          o += ch;
-        }
-    }
-  }
-  return o + "\"";
-}
-}  // namespace
 
 std::string Table::render(Format f) const {
+  const auto json = [](const std::string& x) {
+    std::string q;
+    append_json_string(q, x);
+    return q;
+  };
   std::string out;
   if (f == Format::csv) {
-    for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + csv_cell(columns[i]);
+    for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + escape_csv_cell(columns[i]);
     out += "\n";
     for (const auto& r : rows) {
-      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + csv_cell(r[i]);
+      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + escape_csv_cell(r[i]);
       out += "\n";
     }
     return out;
@@ -82,7 +60,7 @@ std::string Table::render(Format f) const {
     for (size_t k = 0; k < rows.size(); ++k) {
       out += "  {";
       for (size_t i = 0; i < columns.size() && i < rows[k].size(); ++i)
-        out += (i ? ", " : "") + json_string(columns[i]) + ": " + json_string(rows[k][i]);
+        out += (i ? ", " : "") + json(columns[i]) + ": " + json(rows[k][i]);
       out += k + 1 < rows.size() ? "},\n" : "}\n";
     }
     return out + "]\n";

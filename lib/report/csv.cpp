@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "report/columns.hpp"
+#include "report/text.hpp"
 
 namespace attn {
 
@@ -31,31 +32,8 @@ using CsvReader = io::CSVReader<kNumColumns, io::trim_chars<' '>, io::double_quo
 // an older schema read with defaults) and unknown columns are ignored (a newer schema).
 constexpr std::array<std::string_view, 3> kRequiredColumns{"scenario", "backend", "status"};
 
-std::string escape_cell(std::string_view s) {
-  std::string e;
-  e.reserve(s.size());
-  for (char ch : s) {
-    switch (ch) {
-      case '\\': e += "\\\\"; break;
-      case '\n': e += "\\n"; break;
-      case '\r': e += "\\r"; break;
-      default: e += ch;
-    }
-  }
-  const bool quote = e.find_first_of(",\"") != std::string::npos ||
-                     (!e.empty() && (e.front() == ' ' || e.back() == ' '));  // the reader trims spaces
-  if (!quote) return e;
-  std::string q = "\"";
-  for (char ch : e) {
-    if (ch == '"') q += '"';
-    q += ch;
-  }
-  q += '"';
-  return q;
-}
-
-// Inverse of the backslash escapes of escape_cell; an unknown escape is kept verbatim.
-std::string unescape_cell(std::string_view s) {
+// Inverse of the backslash escapes of escape_csv_cell; an unknown escape is kept verbatim.
+std::string unescape_csv_cell(std::string_view s) {
   std::string u;
   u.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
@@ -84,6 +62,29 @@ bool read_row(CsvReader& in, std::array<std::string, kNumColumns>& cells, std::i
 
 }  // namespace
 
+std::string escape_csv_cell(std::string_view s) {
+  std::string e;
+  e.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '\\': e += "\\\\"; break;
+      case '\n': e += "\\n"; break;
+      case '\r': e += "\\r"; break;
+      default: e += ch;
+    }
+  }
+  const bool quote = e.find_first_of(",\"") != std::string::npos ||
+                     (!e.empty() && (e.front() == ' ' || e.back() == ' '));  // the reader trims spaces
+  if (!quote) return e;
+  std::string q = "\"";
+  for (char ch : e) {
+    if (ch == '"') q += '"';
+    q += ch;
+  }
+  q += '"';
+  return q;
+}
+
 std::string rows_to_csv(const std::vector<ResultRow>& rows) {
   std::string out;
   for (size_t i = 0; i < kResultColumns.size(); ++i) {
@@ -94,7 +95,7 @@ std::string rows_to_csv(const std::vector<ResultRow>& rows) {
   for (const ResultRow& r : rows) {
     for (size_t i = 0; i < kResultColumns.size(); ++i) {
       if (i) out += ',';
-      out += escape_cell(field_text(r, kResultColumns[i]));
+      out += escape_csv_cell(field_text(r, kResultColumns[i]));
     }
     out += '\n';
   }
@@ -130,7 +131,7 @@ std::vector<ResultRow> read_csv(const std::string& path) {
         if (!present[i]) continue;
         const ResultColumn& col = kResultColumns[i];
         const bool is_string = std::holds_alternative<std::string ResultRow::*>(col.field);
-        const std::string text = is_string ? unescape_cell(cells[i]) : cells[i];
+        const std::string text = is_string ? unescape_csv_cell(cells[i]) : cells[i];
         if (!set_field(row, col, text)) {
           throw InputError(input_error_message(path, line, col.name, cells[i], "not a valid value for this column",
                                                hint));

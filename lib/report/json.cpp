@@ -8,12 +8,33 @@
 #include <fmt/format.h>
 
 #include "report/columns.hpp"
+#include "report/text.hpp"
 
 namespace attn {
 
 namespace {
 
 constexpr const char* kSchema = "attn-bench-results/1";
+
+void append_json_value(std::string& out, const ResultRow& row, const ResultColumn& c) {
+  std::visit(
+      [&](auto member) {
+        const auto& v = row.*member;
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          append_json_string(out, v);
+        } else if constexpr (std::is_same_v<V, bool>) {
+          out += v ? "true" : "false";
+        } else if constexpr (std::is_same_v<V, double>) {
+          out += std::isfinite(v) ? format_double(v) : "null";
+        } else {
+          out += std::to_string(v);
+        }
+      },
+      c.field);
+}
+
+}  // namespace
 
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
@@ -37,26 +58,6 @@ void append_json_string(std::string& out, std::string_view s) {
   }
   out += '"';
 }
-
-void append_json_value(std::string& out, const ResultRow& row, const ResultColumn& c) {
-  std::visit(
-      [&](auto member) {
-        const auto& v = row.*member;
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, std::string>) {
-          append_json_string(out, v);
-        } else if constexpr (std::is_same_v<V, bool>) {
-          out += v ? "true" : "false";
-        } else if constexpr (std::is_same_v<V, double>) {
-          out += std::isfinite(v) ? format_double(v) : "null";
-        } else {
-          out += std::to_string(v);
-        }
-      },
-      c.field);
-}
-
-}  // namespace
 
 std::string rows_to_json(const std::vector<ResultRow>& rows) {
   std::string out = "{\n  \"schema\": ";
