@@ -89,7 +89,7 @@ CpuRun run_cpu(const Batch& b, const RunOptions& opts = {}, const CpuBackendOpti
   return {inst->fetch(), inst->plan_summary()};
 }
 
-// ---- naive oracle: float64, dense, straight from the semantics in the brief -------------------
+// ---- naive oracle: float64, dense, straight from the semantics in docs/DESIGN.md --------------
 
 struct Expected {
   std::vector<double> o;    // [num_tokens, num_heads, head_size_v]
