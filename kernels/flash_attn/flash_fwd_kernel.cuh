@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
+#include "kernels/flash_attn/flash_mask.cuh"
 
 namespace attn::fa {
 
@@ -184,28 +185,9 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const int seq_len = p.seq_lens[seq];
   const int pos_base = seq_len - q_len;  // absolute position of query token 0
   const int row0 = m_block * kBlockM;    // first packed row of the tile
-  const int tok_first = row0 / G;
-  const int tok_last = min(q_len - 1, (row0 + kBlockM - 1) / G);
-  const int pos_first = pos_base + tok_first;
-  const int pos_last = pos_base + tok_last;
-
-  // ---- key range of the tile (union over its rows), then this split's share ----
-  int kv_lo = p.kv_begin;
-  int kv_hi = seq_len;
-  if (p.causal) kv_hi = min(kv_hi, pos_last + 1);
-  if (p.window > 0) kv_lo = max(kv_lo, pos_first - p.window + 1);
-  if (p.local_chunk > 0) kv_lo = max(kv_lo, (pos_first / p.local_chunk) * p.local_chunk);
-  const int n_lo = max(kv_lo, 0) / kBlockN;
-  const int n_hi = kv_hi > kv_lo ? (kv_hi + kBlockN - 1) / kBlockN : n_lo;
-  const int per_split = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
-  const int n_begin = min(n_hi, n_lo + split * per_split);
-  const int n_end = min(n_hi, n_begin + per_split);
-  // Key tiles [n_plain_lo, n_plain_hi) are visible to every row of the tile: no mask there.
-  int lo_key = max(kv_lo, 0);
-  if (p.window > 0) lo_key = max(lo_key, pos_last - p.window + 1);
-  if (p.local_chunk > 0) lo_key = max(lo_key, (pos_last / p.local_chunk) * p.local_chunk);
-  const int n_plain_lo = (lo_key + kBlockN - 1) / kBlockN;
-  const int n_plain_hi = p.causal ? min(seq_len, pos_first + 1) / kBlockN : seq_len / kBlockN;
+  const TileKeys tk = tile_keys<kBlockM, kBlockN>(p, q_len, seq_len, row0, G, split);
+  const int kv_lo = tk.kv_lo, n_begin = tk.n_begin, n_end = tk.n_end;
+  const int n_plain_lo = tk.n_plain_lo, n_plain_hi = tk.n_plain_hi;
 
   const Element* q = static_cast<const Element*>(p.q);
 
@@ -396,9 +378,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
             const int prow = warp_row0 + mi * 16 + g + 8 * h;
             const int pos = pos_base + prow / G;
             const float slope = alibi ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
-            const int lo = max(kv_lo, p.window > 0 ? pos - p.window + 1 : 0);
-            const int lo2 = p.local_chunk > 0 ? max(lo, (pos / p.local_chunk) * p.local_chunk) : lo;
-            const int hi = p.causal ? min(seq_len - 1, pos) : seq_len - 1;  // last visible key
+            const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos);
 #pragma unroll
             for (int j = 0; j < Tr::kNFrags; ++j) {
 #pragma unroll
@@ -407,7 +387,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
                 if (softcap) s = cap_log2 * tanhf(s);
                 const int key = key_tile0 + j * 8 + 2 * tq + e;
                 if (alibi) s -= slope * static_cast<float>(abs(pos - key));
-                if (need_mask && (key < lo2 || key > hi)) s = -INFINITY;
+                if (need_mask && (key < vis.lo || key > vis.hi)) s = -INFINITY;
                 acc_s[mi][j][2 * h + e] = s;
               }
             }
