@@ -290,15 +290,7 @@ bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& req
   }
   const FlashAttnPass pass =
       make_flash_attn_pass(q, k, true, s.num_q_heads / s.num_kv_heads, s.head_size_qk, s.num_kv_heads, 132, 0);
-  FlashAttnConfig c;
-  c.num_q_heads = s.num_q_heads;
-  c.num_kv_heads = s.num_kv_heads;
-  c.head_size_qk = s.head_size_qk;
-  c.head_size_v = s.head_size_v;
-  c.dtype = s.dtype;
-  c.kv_dtype = s.kv_cache_dtype;
-  c.block_size = s.block_size;
-  return flash_attn_uses_sm90(c, pass.tiling);
+  return flash_attn_uses_sm90(make_flash_attn_config(s), pass.tiling);
 }
 
 TEST(FlashAttnSm90, SelectedOnlyForPrefillHd128SixteenBitCache) {

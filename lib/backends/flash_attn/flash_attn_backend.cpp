@@ -17,20 +17,6 @@
 namespace attn {
 namespace {
 
-FlashAttnConfig config_of(const AttentionSpec& s) {
-  FlashAttnConfig c;
-  c.num_q_heads = s.num_q_heads;
-  c.num_kv_heads = s.num_kv_heads;
-  c.head_size_qk = s.head_size_qk;
-  c.head_size_v = s.head_size_v;
-  c.dtype = s.dtype;
-  c.kv_dtype = s.kv_cache_dtype;
-  c.block_size = s.block_size;
-  c.layout = s.kv_layout;
-  c.use_mla = s.use_mla;
-  return c;
-}
-
 template <class T>
 DeviceBuffer upload(const std::vector<T>& v) {
   DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(T));
@@ -61,7 +47,7 @@ DeviceBuffer upload_token_values(const Batch& b, int heads, int head_size, DType
 class FlashAttnInstance final : public BackendInstance {
  public:
   FlashAttnInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts)
-      : batch_(b), meta_(m), opts_(opts), config_(config_of(b.spec)) {
+      : batch_(b), meta_(m), opts_(opts), config_(make_flash_attn_config(b.spec)) {
     const AttentionSpec& s = b.spec;
     num_sms_ = query_device_info().num_sms;
     if (num_sms_ <= 0) num_sms_ = opts.num_sms;
@@ -323,13 +309,13 @@ class FlashAttnBackend final : public Backend {
     return Support::yes();
   }
   Support supports(const AttentionSpec& spec, const Batch& /*batch*/) const override {
-    const std::string why = flash_attn_unsupported_reason(config_of(spec));
+    const std::string why = flash_attn_unsupported_reason(make_flash_attn_config(spec));
     if (!why.empty()) return Support::no(why);
     return Support::yes();
   }
   std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
                                           const RunOptions& opts) const override {
-    const std::string why = flash_attn_unsupported_reason(config_of(batch.spec));
+    const std::string why = flash_attn_unsupported_reason(make_flash_attn_config(batch.spec));
     if (!why.empty()) throw RuntimeError("FLASH_ATTN cannot run this batch: " + why);
     return std::make_unique<FlashAttnInstance>(batch, m, opts);
   }

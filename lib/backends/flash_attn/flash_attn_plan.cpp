@@ -108,4 +108,18 @@ std::string FlashAttnSchedule::summary() const {
   return out;
 }
 
+FlashAttnConfig make_flash_attn_config(const AttentionSpec& s) {
+  FlashAttnConfig c;
+  c.num_q_heads = s.num_q_heads;
+  c.num_kv_heads = s.num_kv_heads;
+  c.head_size_qk = s.head_size_qk;
+  c.head_size_v = s.head_size_v;
+  c.dtype = s.dtype;
+  c.kv_dtype = s.kv_cache_dtype;
+  c.block_size = s.block_size;
+  c.layout = s.kv_layout;
+  c.use_mla = s.use_mla;
+  return c;
+}
+
 }  // namespace attn

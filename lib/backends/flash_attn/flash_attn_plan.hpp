@@ -40,6 +40,9 @@ constexpr int kMinSplitKeys = 256;
 constexpr int kMaxSplits = 32;
 int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms);
 
+// The launcher's view of a layer: what its selector decides support and kernels on.
+FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
+
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended.
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
