@@ -53,7 +53,4 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
                            cudaStream_t stream);
 
-// merge_attn_states over p.num_partials partial states; out_dtype is the model dtype.
-void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStream_t stream);
-
 }  // namespace attn

@@ -1,5 +1,6 @@
 #pragma once
-// Parameters of the FLASH_ATTN kernels (paged varlen forward, LSE merge). Plain C++: no CUDA
+// Parameters of the FLASH_ATTN kernels (paged varlen forward); the LSE merge is
+// shared (kernels/common/merge_params.hpp). Plain C++: no CUDA
 // types, includable from host .cpp files. Every pointer is device memory.
 //
 // One forward launch covers a list of "tiles": (sequence, m_block) pairs, where an m_block is
@@ -55,22 +56,6 @@ struct FlashAttnParams {
   int local_chunk;    // 0 = off, else key >= floor(pos / chunk) * chunk
   int kv_begin;       // keys below this are not attended (cascade suffix: the shared prefix length)
   int kv_fp8_e5m2;    // fp8 caches: 1 = e5m2, 0 = e4m3
-};
-
-// Merges num_partials partial attention states per (token, head) by their LSE (cascade prefix +
-// suffix, split-KV chunks). A partial with LSE = -inf contributes nothing; if all are -inf the
-// row has no visible key: O = 0, LSE = -inf.
-struct MergeAttnParams {
-  const float* o_partial;    // [num_partials, num_tokens, num_heads, head_size]
-  const float* lse_partial;  // [num_partials, num_tokens, num_heads]
-  void* o;                   // [num_tokens, num_heads, head_size] model dtype
-  float* lse;                // lse[token * lse_token_stride + head * lse_head_stride], or nullptr
-  int64_t lse_token_stride;
-  int64_t lse_head_stride;
-  int num_partials;
-  int num_tokens;
-  int num_heads;
-  int head_size;
 };
 
 }  // namespace attn

@@ -16,130 +16,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/fp8_widen.cuh"
+#include "kernels/common/ptx.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
 #include "kernels/flash_attn/flash_mask.cuh"
 
 namespace attn::fa {
 
-// ---- PTX wrappers ------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 zero-fills the destination without reading.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators.
-template <class Element>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <class Element>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-template <class Element>
-__device__ __forceinline__ Element from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// 2^x on the special-function unit (flushes subnormal results to zero, which P never needs).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// ---- fp8 -> 16-bit, exact ------------------------------------------------------------------------
-// Every e4m3/e5m2 value is representable in fp16 and bf16, so the cache is widened without
-// rounding and the descales are applied in fp32 to the scores (K) and the output (V). The
-// widening happens in registers on the MMA operands; the cache bytes never go back to shared
-// memory.
-
-// Two fp8 codes (bytes 0 and 1 of w) -> fp16 pair, bit tricks (any architecture).
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2_bits(uint32_t w, bool e5m2) {
-  if (e5m2) return __byte_perm(w, 0, 0x1404);  // e5m2 is the high byte of the same fp16
-  // e4m3 bits shifted into fp16 position give value * 2^-8 for normals and subnormals alike.
-  const uint32_t x = __byte_perm(w, 0, 0x4140);
-  const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
-  const __half2 scaled = __hmul2(*reinterpret_cast<const __half2*>(&bits), __floats2half2_rn(256.f, 256.f));
-  return *reinterpret_cast<const uint32_t*>(&scaled);
-}
-
-// Four fp8 codes -> two packed 16-bit pairs of the model dtype: .x from bytes 0-1, .y from 2-3.
-template <class Element>
-__device__ __forceinline__ uint2 fp8x4_to_16(uint32_t w, bool e5m2) {
-  uint32_t h[2];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  // One conversion instruction per pair (sm_89+).
-  if (e5m2) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
-        "cvt.rn.f16x2.e5m2x2 %0, lo;\ncvt.rn.f16x2.e5m2x2 %1, hi;\n}\n"
-        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
-        "cvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
-        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
-  }
-#else
-  h[0] = fp8x2_to_f16x2_bits(w, e5m2);
-  h[1] = fp8x2_to_f16x2_bits(w >> 16, e5m2);
-#endif
-  if constexpr (std::is_same_v<Element, __half>) {
-    return make_uint2(h[0], h[1]);
-  } else {
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h[0]));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[1]));
-    return make_uint2(pack2<__nv_bfloat16>(a.x, a.y), pack2<__nv_bfloat16>(b.x, b.y));
-  }
-}
+using namespace attn::kern;
 
 // ---- the kernel ----------------------------------------------------------------------------------
 //

@@ -24,7 +24,8 @@
 #include <type_traits>
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
-#include "kernels/flash_attn/flash_fwd_kernel.cuh"  // cp.async, pack2, fast_exp2 helpers
+#include "kernels/common/wgmma.cuh"
+#include "kernels/flash_attn/flash_fwd_kernel.cuh"  // attn::kern primitives via attn::fa
 
 namespace attn::fa::sm90 {
 
@@ -37,86 +38,9 @@ constexpr int kHalfBytes = kTileBytes / 2;         // one 64-column half of a ti
 constexpr int kStages = 2;
 constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + 1024;  // 161 KB + alignment slack: one CTA per SM
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTN_FA_SM90_DEVICE 1
-#endif
-
 // Byte offset of 16-byte chunk `chunk` (0..15 along the head dim) of row `row` in a swizzled tile.
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>((chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K): the leading offset
-// is unused, the stride offset is the 1024 bytes between groups of 8 rows. N-major V: the
-// leading offset steps from head dims 0-63 to 64-127 (one half), the stride offset from keys
-// 0-7 to 8-15 (1024 bytes).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
-         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
-}
-
-#if defined(ATTN_FA_SM90_DEVICE)
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Makes cp.async writes of this thread visible to the tensor cores' (async proxy) reads.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-#else
-__device__ __forceinline__ void wgmma_fence() {}
-__device__ __forceinline__ void wgmma_commit() {}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {}
-__device__ __forceinline__ void fence_proxy_async() {}
-#endif
-
-// Keeps the compiler from moving accumulator registers across an in-flight wgmma.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-#define ATTN_FA_WGMMA_SS(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-
-#define ATTN_FA_WGMMA_RS(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-
-// d[64] (+)= A(64 x 16) B(16 x 128), A and B K-major in shared memory. Accumulator layout per
-// warp w of the warpgroup: d[4j + e] is row 16w + lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
-template <class Element>
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if defined(ATTN_FA_SM90_DEVICE)
-  if constexpr (std::is_same_v<Element, __half>) {
-    ATTN_FA_WGMMA_SS("f16");
-  } else {
-    ATTN_FA_WGMMA_SS("bf16");
-  }
-#endif
-}
-
-// d[64] (+)= A(64 x 16, registers: the mma.sync m16n8k16 A fragment per warp) B(16 x 128), B
-// N-major in shared memory.
-template <class Element>
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if defined(ATTN_FA_SM90_DEVICE)
-  if constexpr (std::is_same_v<Element, __half>) {
-    ATTN_FA_WGMMA_RS("f16");
-  } else {
-    ATTN_FA_WGMMA_RS("bf16");
-  }
-#endif
 }
 
 // One CTA: packed rows m_block * 128 .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
@@ -124,7 +48,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
 // context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
 template <class Element>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
-#if defined(ATTN_FA_SM90_DEVICE)
+#if defined(ATTN_SM90A_DEVICE)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // Swizzle atoms must start on 1024-byte boundaries.
   const uint32_t raw_addr = smem_u32(smem_raw);

@@ -8,7 +8,6 @@
 
 namespace attn::fa {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <int kHeadDim_, class Element_, bool kKvFp8_, bool kDecode_>

@@ -11,6 +11,7 @@
 #include "core/device_cache.hpp"
 #include "core/parallel.hpp"
 #include "kernels/cache/cache_launch.hpp"
+#include "kernels/common/merge_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
 #include "model/kv_cache.hpp"
 

@@ -8,19 +8,13 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/flash_attn/flash_attn_launch.hpp"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/merge_launch.hpp"
 
 namespace attn {
 namespace {
 
 constexpr int kMaxPartials = 64;
-
-template <class Element>
-__device__ __forceinline__ Element to_element(float x);
-template <>
-__device__ __forceinline__ __half to_element<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_element<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 template <class Element>
 __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams p) {
@@ -49,10 +43,10 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
       acc.z += w * v.z;
       acc.w += w * v.w;
     }
-    o[d] = to_element<Element>(acc.x);
-    o[d + 1] = to_element<Element>(acc.y);
-    o[d + 2] = to_element<Element>(acc.z);
-    o[d + 3] = to_element<Element>(acc.w);
+    o[d] = kern::from_float<Element>(acc.x);
+    o[d + 1] = kern::from_float<Element>(acc.y);
+    o[d + 2] = kern::from_float<Element>(acc.z);
+    o[d + 3] = kern::from_float<Element>(acc.w);
   }
   if (lane == 0 && p.lse) {
     const int64_t token = row / p.num_heads, head = row % p.num_heads;

@@ -1,0 +1,56 @@
+#pragma once
+// fp8 (e4m3, e5m2) -> fp16/bf16 widening in registers, exact, for every kernel that reads an fp8
+// KV cache.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/ptx.cuh"
+
+namespace attn::kern {
+// Every e4m3/e5m2 value is representable in fp16 and bf16, so the cache is widened without
+// rounding and the descales are applied in fp32 to the scores (K) and the output (V). The
+// widening happens in registers on the MMA operands; the cache bytes never go back to shared
+// memory.
+
+// Two fp8 codes (bytes 0 and 1 of w) -> fp16 pair, bit tricks (any architecture).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2_bits(uint32_t w, bool e5m2) {
+  if (e5m2) return __byte_perm(w, 0, 0x1404);  // e5m2 is the high byte of the same fp16
+  // e4m3 bits shifted into fp16 position give value * 2^-8 for normals and subnormals alike.
+  const uint32_t x = __byte_perm(w, 0, 0x4140);
+  const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
+  const __half2 scaled = __hmul2(*reinterpret_cast<const __half2*>(&bits), __floats2half2_rn(256.f, 256.f));
+  return *reinterpret_cast<const uint32_t*>(&scaled);
+}
+
+// Four fp8 codes -> two packed 16-bit pairs of the model dtype: .x from bytes 0-1, .y from 2-3.
+template <class Element>
+__device__ __forceinline__ uint2 fp8x4_to_16(uint32_t w, bool e5m2) {
+  uint32_t h[2];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  // One conversion instruction per pair (sm_89+).
+  if (e5m2) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
+        "cvt.rn.f16x2.e5m2x2 %0, lo;\ncvt.rn.f16x2.e5m2x2 %1, hi;\n}\n"
+        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+        : "=r"(h[0]), "=r"(h[1]) : "r"(w));
+  }
+#else
+  h[0] = fp8x2_to_f16x2_bits(w, e5m2);
+  h[1] = fp8x2_to_f16x2_bits(w >> 16, e5m2);
+#endif
+  if constexpr (std::is_same_v<Element, __half>) {
+    return make_uint2(h[0], h[1]);
+  } else {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h[0]));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[1]));
+    return make_uint2(pack2<__nv_bfloat16>(a.x, a.y), pack2<__nv_bfloat16>(b.x, b.y));
+  }
+}
+
+}  // namespace attn::kern
