@@ -76,25 +76,37 @@ class ValidateTest : public ::testing::Test {
  protected:
   Batch b = small_batch(small_spec(DType::bf16));
   ReferenceResult ref = random_reference(b, 11);
-  Budget budget = default_budget(DType::bf16);
+  // The per-element mechanics are exercised with the fixed rule of a [check] override.
+  double atol = 1e-2, rtol = 1e-2, max_rel_l2 = 1e-2;
+  Budget budget = fixed_budget(atol, rtol, max_rel_l2);
+
+  static Budget fixed_budget(double a, double r, double l2) {
+    Budget f = default_budget(DType::bf16);
+    f.atol = a;
+    f.rtol = r;
+    f.max_rel_l2 = l2;
+    return f;
+  }
 };
 
 // ---- budgets ------------------------------------------------------------------------------
 
 TEST(ValidateBudget, DefaultsPerDtype) {
   const Budget f32 = default_budget(DType::f32), f16 = default_budget(DType::f16), bf16 = default_budget(DType::bf16);
-  EXPECT_DOUBLE_EQ(f32.atol, 1e-5);
-  EXPECT_DOUBLE_EQ(f32.rtol, 1e-5);
-  EXPECT_DOUBLE_EQ(f32.max_rel_l2, 1e-5);
-  EXPECT_DOUBLE_EQ(f32.min_cosine, 0.99999);
-  EXPECT_DOUBLE_EQ(f16.atol, 2e-3);
-  EXPECT_DOUBLE_EQ(f16.rtol, 2e-3);
-  EXPECT_DOUBLE_EQ(f16.max_rel_l2, 2e-3);
-  EXPECT_DOUBLE_EQ(f16.min_cosine, 0.9999);
-  EXPECT_DOUBLE_EQ(bf16.atol, 1e-2);
-  EXPECT_DOUBLE_EQ(bf16.rtol, 1e-2);
-  EXPECT_DOUBLE_EQ(bf16.max_rel_l2, 1e-2);
+  EXPECT_EQ(bf16.precision, DType::bf16);
+  EXPECT_DOUBLE_EQ(bf16.k_l2, 1.5);
+  EXPECT_DOUBLE_EQ(bf16.k_abs, 4);
+  EXPECT_DOUBLE_EQ(f16.k_l2, 1.5);
+  EXPECT_EQ(f32.precision, DType::f32);
+  EXPECT_DOUBLE_EQ(f32.k_l2, 512);  // fp32 kernels: accumulation, not output rounding, dominates
+  EXPECT_FALSE(bf16.atol.has_value());
+  EXPECT_FALSE(bf16.max_rel_l2.has_value());
+  EXPECT_FALSE(bf16.fixed_elementwise());
   EXPECT_DOUBLE_EQ(bf16.min_cosine, 0.9999);
+  EXPECT_DOUBLE_EQ(f32.min_cosine, 0.99999);
+  EXPECT_DOUBLE_EQ(unit_roundoff(DType::bf16), 0x1p-8);
+  EXPECT_DOUBLE_EQ(unit_roundoff(DType::f16), 0x1p-11);
+  EXPECT_DOUBLE_EQ(unit_roundoff(DType::f32), 0x1p-24);
   EXPECT_FALSE(bf16.strict);
 }
 
@@ -102,11 +114,15 @@ TEST(ValidateBudget, OverridesReplaceOnlyWhatIsSet) {
   CheckConfig c;
   c.rtol = 0.25;
   c.min_cosine = 0.5;
+  c.k_l2 = 3;
   c.strict = true;
   const Budget b = apply_overrides(default_budget(DType::f16), c);
-  EXPECT_DOUBLE_EQ(b.atol, 2e-3);
-  EXPECT_DOUBLE_EQ(b.rtol, 0.25);
-  EXPECT_DOUBLE_EQ(b.max_rel_l2, 2e-3);
+  EXPECT_TRUE(b.fixed_elementwise());
+  EXPECT_DOUBLE_EQ(*b.atol, 0.0);  // the fixed rule is exactly what was asked
+  EXPECT_DOUBLE_EQ(*b.rtol, 0.25);
+  EXPECT_FALSE(b.max_rel_l2.has_value());
+  EXPECT_DOUBLE_EQ(b.k_l2, 3);
+  EXPECT_DOUBLE_EQ(b.k_abs, 4);
   EXPECT_DOUBLE_EQ(b.min_cosine, 0.5);
   EXPECT_TRUE(b.strict);
 }
@@ -121,6 +137,67 @@ TEST(ValidateBudget, OverridesRejectNonsense) {
   CheckConfig nan;
   nan.max_rel_l2 = kNaN;
   EXPECT_THROW(apply_overrides(default_budget(DType::bf16), nan), InputError);
+  CheckConfig below_floor;
+  below_floor.k_l2 = 0.5;  // tighter than the rounding floor itself: nothing could pass
+  EXPECT_THROW(apply_overrides(default_budget(DType::bf16), below_floor), InputError);
+}
+
+// ---- the floor-based rule -------------------------------------------------------------------
+
+class ValidateFloorTest : public ::testing::Test {
+ protected:
+  Batch b = small_batch(small_spec(DType::bf16));
+  ReferenceResult ref = random_reference(b, 17);
+  Budget budget = default_budget(DType::bf16);
+
+  // ref + scale * (round_bf16(ref) - ref): an error `scale` times the rounding floor's.
+  AttentionOutput scaled_rounding(double scale) const {
+    AttentionOutput out = output_of(ref);
+    for (size_t i = 0; i < out.o.size(); ++i) {
+      const double r = round_to(DType::bf16, static_cast<float>(ref.o[i]));
+      out.o[i] = static_cast<float>(ref.o[i] + scale * (r - ref.o[i]));
+    }
+    return out;
+  }
+};
+
+TEST_F(ValidateFloorTest, ExactResultRoundedOnceSitsOnTheFloor) {
+  const ValidationResult v = validate_output(b, scaled_rounding(1.0), ref, budget);
+  EXPECT_TRUE(v.pass) << v.failure;
+  EXPECT_GT(v.floor_rel_l2, 5e-4);  // bf16: u / sqrt(3) ~ 2.3e-3 for magnitudes spread over octaves
+  EXPECT_LT(v.floor_rel_l2, 4e-3);
+  EXPECT_NEAR(v.err_over_floor, 1.0, 1e-3);
+  EXPECT_LE(v.max_abs_over_budget, 0.25 + 1e-6);  // half an ulp is u|ref|, a quarter of k_abs u |ref|
+}
+
+TEST_F(ValidateFloorTest, TwiceTheFloorFails) {
+  const ValidationResult ok = validate_output(b, scaled_rounding(1.3), ref, budget);
+  EXPECT_TRUE(ok.pass) << ok.failure;
+  const ValidationResult v = validate_output(b, scaled_rounding(2.0), ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_NEAR(v.err_over_floor, 2.0, 1e-3);
+  EXPECT_NE(v.failure.find("x floor"), std::string::npos) << v.failure;
+  EXPECT_EQ(v.elements_over_budget, 0);  // each element is still inside its own bound
+}
+
+TEST_F(ValidateFloorTest, ElementBoundScalesWithTheRow) {
+  // An element near zero may be off by a few u times its row's RMS, not by u times itself.
+  AttentionOutput out = output_of(ref);
+  const size_t row = 3, len = static_cast<size_t>(ref.head_size_v);
+  double row2 = 0;
+  for (size_t d = 0; d < len; ++d) row2 += ref.o[row * len + d] * ref.o[row * len + d];
+  const double rms = std::sqrt(row2 / static_cast<double>(len));
+  const double u = unit_roundoff(DType::bf16);
+  const size_t i = row * len + 2;
+  out.o[i] = static_cast<float>(ref.o[i] + 2 * u * (std::abs(ref.o[i]) + rms));
+  ValidationResult v = validate_output(b, out, ref, budget);
+  EXPECT_TRUE(v.pass) << v.failure;
+  out.o[i] = static_cast<float>(ref.o[i] + 5 * u * (std::abs(ref.o[i]) + rms));
+  v = validate_output(b, out, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.elements_over_budget, 1);
+  EXPECT_NEAR(v.max_abs_over_budget, 5.0 / 4.0, 1e-3);
+  EXPECT_NE(v.failure.find("row rms"), std::string::npos) << v.failure;
 }
 
 // ---- validate_output ----------------------------------------------------------------------
@@ -146,10 +223,10 @@ TEST_F(ValidateTest, OneElementBeyondBudgetFailsAndIsLocated) {
   const int64_t t = 6;  // request 2 (tokens 5..7), its second new token: position 20 + 1
   const int h = 3, d = 9;
   const double want = ref.o[at(ref, t, h, d)];
-  const double got = want + budget.atol + budget.rtol * std::abs(want) + 0.05;
+  const double got = want + atol + rtol * std::abs(want) + 0.05;
   out.o[at(ref, t, h, d)] = static_cast<float>(got);
   // A second, smaller violation must not be reported as the worst.
-  out.o[at(ref, 1, 0, 0)] += static_cast<float>(1.5 * (budget.atol + budget.rtol * std::abs(ref.o[at(ref, 1, 0, 0)])));
+  out.o[at(ref, 1, 0, 0)] += static_cast<float>(1.5 * (atol + rtol * std::abs(ref.o[at(ref, 1, 0, 0)])));
 
   const ValidationResult v = validate_output(b, out, ref, budget);
   EXPECT_FALSE(v.pass);
@@ -169,10 +246,10 @@ TEST_F(ValidateTest, OneElementBeyondBudgetFailsAndIsLocated) {
 TEST_F(ValidateTest, ErrorWithinBudgetPasses) {
   AttentionOutput out = output_of(ref);
   const size_t i = at(ref, 3, 2, 4);
-  out.o[i] += static_cast<float>(0.5 * (budget.atol + budget.rtol * std::abs(ref.o[i])));
+  out.o[i] += static_cast<float>(0.5 * (atol + rtol * std::abs(ref.o[i])));
   const ValidationResult v = validate_output(b, out, ref, budget);
   EXPECT_TRUE(v.pass) << v.failure;
-  EXPECT_GT(v.max_abs_err, 0.4 * budget.atol);
+  EXPECT_GT(v.max_abs_err, 0.4 * atol);
 }
 
 TEST_F(ValidateTest, NanWhereReferenceIsFiniteIsUnwritten) {
@@ -235,12 +312,12 @@ TEST_F(ValidateTest, RelativeL2IsGatedBeyondPerElementBudget) {
   std::mt19937 rng(3);
   for (size_t i = 0; i < out.o.size(); ++i) {
     const double sign = (rng() & 1) ? 1.0 : -1.0;
-    out.o[i] = static_cast<float>(ref.o[i] + sign * 0.9 * (budget.atol + budget.rtol * std::abs(ref.o[i])));
+    out.o[i] = static_cast<float>(ref.o[i] + sign * 0.9 * (atol + rtol * std::abs(ref.o[i])));
   }
   const ValidationResult v = validate_output(b, out, ref, budget);
   EXPECT_FALSE(v.pass);
   EXPECT_EQ(v.elements_over_budget, 0);
-  EXPECT_GT(v.rel_l2, budget.max_rel_l2);
+  EXPECT_GT(v.rel_l2, max_rel_l2);
   EXPECT_EQ(v.failure.rfind("rel_l2", 0), 0u) << v.failure;
   EXPECT_NEAR(v.nmse, v.rel_l2 * v.rel_l2, 1e-12);
 }

@@ -26,6 +26,7 @@ struct RunArgs {
   std::optional<int> iterations, warmup;
   std::optional<int64_t> check_sample;
   bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, quiet = false;
+  bool strict = false;
   std::string cascade;
   bool validate_only = false;
 };
@@ -75,6 +76,7 @@ int run_verb(const RunArgs& a) {
   if (a.cascade == "off") opts.cascade = CascadeMode::off;
   if (a.cascade == "auto") opts.cascade = CascadeMode::auto_;
   opts.check_sample = a.check_sample;
+  opts.strict = a.strict;
   opts.time = !a.validate_only;
   opts.batch_invariance = !a.no_invariance;
   const bool interactive = isatty(fileno(stderr)) != 0;
@@ -149,6 +151,8 @@ void add_common(CLI::App* cmd, RunArgs& a) {
                   "Check at most N (request, head) pairs against the reference (0 = all)");
   cmd->add_option("--cascade", a.cascade, "Cascade attention: auto (vLLM's rule), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_flag("--strict", a.strict,
+                "Also bound each error by 2x a same-precision naive implementation (as [check] strict = true)");
   cmd->add_flag("--no-invariance", a.no_invariance, "Skip the batch-invariance check");
   cmd->add_flag("-q,--quiet", a.quiet, "No progress lines");
 }

@@ -621,7 +621,8 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
 
 void parse_check(const std::string& file, const toml::table* tbl, CheckConfig& c) {
   if (tbl == nullptr) return;
-  const Section k(file, *tbl, "check", {"atol", "rtol", "max_rel_l2", "min_cosine", "strict", "sample_pairs"});
+  const Section k(file, *tbl, "check", {"atol", "rtol", "max_rel_l2", "min_cosine", "k_l2", "k_abs", "strict",
+                                                  "sample_pairs"});
   auto non_negative = [&](std::string_view key, std::optional<double>& out) {
     if (const auto f = k.number(key)) {
       if (f->value < 0.0) fail(file, f->where, "must be >= 0");
@@ -631,6 +632,12 @@ void parse_check(const std::string& file, const toml::table* tbl, CheckConfig& c
   non_negative("atol", c.atol);
   non_negative("rtol", c.rtol);
   non_negative("max_rel_l2", c.max_rel_l2);
+  for (const char* key : {"k_l2", "k_abs"}) {
+    if (const auto f = k.number(key)) {
+      if (!(f->value >= 1.0)) fail(file, f->where, "must be >= 1 (a multiple of the precision floor)");
+      (std::string_view(key) == "k_l2" ? c.k_l2 : c.k_abs) = f->value;
+    }
+  }
   if (const auto f = k.number("min_cosine")) {
     if (f->value < -1.0 || f->value > 1.0) fail(file, f->where, "must be within [-1, 1]");
     c.min_cosine = f->value;

@@ -75,6 +75,7 @@ struct RunConfig {
 
 struct CheckConfig {  // unset = the dtype default of DESIGN.md
   std::optional<double> atol, rtol, max_rel_l2, min_cosine;
+  std::optional<double> k_l2, k_abs;  // factors of the floor-based rule (DESIGN.md)
   bool strict = false;
   int64_t sample_pairs = 0;  // check at most this many (request, head) pairs; 0 = all
 };

@@ -251,11 +251,15 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         AttentionOutput out = inst->fetch();
         // The budget follows the precision the backend computed in (fp32 for cpu), then the
         // scenario's [check] overrides.
-        const Budget budget = apply_overrides(default_budget(out.precision.value_or(s.spec.dtype)), s.check);
+        Budget budget = apply_overrides(default_budget(out.precision.value_or(s.spec.dtype)), s.check);
+        budget.strict = budget.strict || opts.strict;
         const ValidationResult v = validate_output(batch, out, ref, budget);
         row.max_abs_err = v.max_abs_err;
         row.max_rel_err = v.max_rel_err;
         row.rel_l2 = v.rel_l2;
+        row.floor_rel_l2 = v.floor_rel_l2;
+        row.err_over_floor = v.err_over_floor;
+        row.naive_rel_l2 = v.naive_rel_l2;
         row.cosine = v.cosine;
         row.nmse = v.nmse;
         row.nan_mismatches = v.nan_mismatches;

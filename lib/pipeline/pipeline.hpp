@@ -19,6 +19,7 @@ struct PipelineOptions {
   std::optional<bool> cold_l2, cuda_graph;
   std::optional<CascadeMode> cascade;
   std::optional<int64_t> check_sample;  // (request, head) pairs checked; 0 = all
+  bool strict = false;                  // as [check] strict = true for every scenario
   bool time = true;                     // run: time every passing backend; validate: checks only
   bool batch_invariance = true;         // run requests alone and compare bitwise (reported)
   double peak_bandwidth_gbs = 0;        // device ceilings for % of peak (0 = unknown)

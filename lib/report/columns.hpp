@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 62> kResultColumns{{
+inline constexpr std::array<ResultColumn, 65> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -60,6 +60,9 @@ inline constexpr std::array<ResultColumn, 62> kResultColumns{{
     {"max_abs_err", &ResultRow::max_abs_err},
     {"max_rel_err", &ResultRow::max_rel_err},
     {"rel_l2", &ResultRow::rel_l2},
+    {"floor_rel_l2", &ResultRow::floor_rel_l2},
+    {"err_over_floor", &ResultRow::err_over_floor},
+    {"naive_rel_l2", &ResultRow::naive_rel_l2},
     {"cosine", &ResultRow::cosine},
     {"nmse", &ResultRow::nmse},
     {"quant_rel_l2", &ResultRow::quant_rel_l2},

@@ -19,7 +19,7 @@ struct TableColumn {
   const char* header;
   bool right;  // numbers align right
 };
-constexpr std::array<TableColumn, 12> kTableColumns{{
+constexpr std::array<TableColumn, 13> kTableColumns{{
     {"scenario", false},
     {"backend", false},
     {"status", false},
@@ -27,6 +27,7 @@ constexpr std::array<TableColumn, 12> kTableColumns{{
     {"tokens", true},
     {"max_abs_err", true},
     {"rel_l2", true},
+    {"x floor", true},
     {"median_us", true},
     {"TFLOP/s", true},
     {"GB/s", true},
@@ -53,6 +54,7 @@ std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
       std::to_string(r.num_tokens),
       ran ? fmt::format("{:.2e}", r.max_abs_err) : "-",
       ran ? fmt::format("{:.2e}", r.rel_l2) : "-",
+      ran && r.floor_rel_l2 > 0 ? fmt::format("{:.2f}", r.err_over_floor) : "-",
       timed ? fmt::format("{:.2f}", r.median_time_us) : "-",
       timed ? fmt::format(fmt::runtime(r.tflops >= 10 ? "{:.1f}" : "{:.3g}"), r.tflops) : "-",
       timed ? fmt::format(fmt::runtime(r.tb_per_sec >= 0.01 ? "{:.0f}" : "{:.3g}"), r.tb_per_sec * 1000.0) : "-",

@@ -1,8 +1,11 @@
-// Accuracy budgets per model dtype (docs/DESIGN.md, "Accuracy budgets").
+// Accuracy budgets (docs/DESIGN.md, "Accuracy budgets").
 //
 // The reference sees the same K/V values the backend reads (after any fp8 round trip), so a
-// budget only has to cover the arithmetic of the backend: rounding of inputs, P and O to the
-// model dtype and fp32 accumulation order.
+// budget only has to cover the arithmetic of the backend. Its unavoidable part is the final
+// rounding of O to the dtype it is stored in (the floor, measured per batch by validate_output);
+// a correct kernel adds P rounded to the model dtype before P.V and fp32 accumulation order.
+// The factors below were chosen from measurements (DESIGN.md lists them): a correct kernel
+// sits at 1.0-1.2 x the floor, so k_l2 = 1.5 passes it with margin while a 2x error fails.
 #include <cmath>
 #include <string>
 
@@ -11,32 +14,43 @@
 
 namespace attn {
 
-Budget default_budget(DType model_dtype) {
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::f32: return 0x1p-24;
+    case DType::f16: return 0x1p-11;
+    case DType::bf16: return 0x1p-8;
+    case DType::fp8_e4m3: return 0x1p-4;
+    case DType::fp8_e5m2: return 0x1p-3;
+  }
+  return 0x1p-8;
+}
+
+Budget default_budget(DType precision) {
   Budget b;
-  switch (model_dtype) {
+  b.precision = precision;
+  switch (precision) {
     case DType::f32:
-      b.atol = b.rtol = 1e-5;
-      b.max_rel_l2 = 1e-5;
+      // An fp32 kernel's error is its accumulation over the keys, far above the fp32 output
+      // rounding and growing with the context (measured: the cpu backend at 8-24 x the floor,
+      // 112 x on a 32k-key decode; DESIGN.md). fp32 is the cpu backend's precision only.
+      b.k_l2 = 512;
+      b.k_abs = 2048;
       b.min_cosine = 0.99999;
+      b.lse_atol = 1e-4;
+      b.lse_rtol = 1e-5;
       break;
     case DType::f16:
-      // fp16 keeps 3 more mantissa bits than bf16, so its budget is ~5x tighter.
-      b.atol = b.rtol = 2e-3;
-      b.max_rel_l2 = 2e-3;
-      b.min_cosine = 0.9999;
+      b.lse_atol = 2e-2;
+      b.lse_rtol = 2e-3;
       break;
     case DType::bf16:
-      b.atol = b.rtol = 1e-2;
-      b.max_rel_l2 = 1e-2;
-      b.min_cosine = 0.9999;
       break;
     case DType::fp8_e4m3:
     case DType::fp8_e5m2:
-      // Not a model dtype (only KV caches are fp8); a caller that still asks gets a budget
-      // scaled to fp8's 2-3 mantissa bits rather than a silent bf16 one.
-      b.atol = b.rtol = 1e-1;
-      b.max_rel_l2 = 1e-1;
+      // Not a model dtype (only KV caches are fp8); the floor of such an output is fp8's own.
       b.min_cosine = 0.999;
+      b.lse_atol = 1.0;
+      b.lse_rtol = 1e-1;
       break;
   }
   return b;
@@ -57,13 +71,22 @@ void require_in_range(const char* key, double v, double lo, double hi) {
 Budget apply_overrides(Budget b, const CheckConfig& c) {
   if (c.atol) b.atol = *c.atol;
   if (c.rtol) b.rtol = *c.rtol;
+  if (c.atol || c.rtol) {
+    // One of the pair given: the other keeps 0 so the fixed rule is exactly what was asked.
+    if (!b.atol) b.atol = 0.0;
+    if (!b.rtol) b.rtol = 0.0;
+  }
   if (c.max_rel_l2) b.max_rel_l2 = *c.max_rel_l2;
   if (c.min_cosine) b.min_cosine = *c.min_cosine;
+  if (c.k_l2) b.k_l2 = *c.k_l2;
+  if (c.k_abs) b.k_abs = *c.k_abs;
   b.strict = b.strict || c.strict;
-  require_in_range("atol", b.atol, 0.0, HUGE_VAL);
-  require_in_range("rtol", b.rtol, 0.0, HUGE_VAL);
-  require_in_range("max_rel_l2", b.max_rel_l2, 0.0, HUGE_VAL);
+  if (b.atol) require_in_range("atol", *b.atol, 0.0, HUGE_VAL);
+  if (b.rtol) require_in_range("rtol", *b.rtol, 0.0, HUGE_VAL);
+  if (b.max_rel_l2) require_in_range("max_rel_l2", *b.max_rel_l2, 0.0, HUGE_VAL);
   require_in_range("min_cosine", b.min_cosine, -1.0, 1.0);
+  require_in_range("k_l2", b.k_l2, 1.0, HUGE_VAL);
+  require_in_range("k_abs", b.k_abs, 1.0, HUGE_VAL);
   return b;
 }
 

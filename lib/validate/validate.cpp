@@ -1,16 +1,15 @@
 // validate_output: a backend's O (and LSE) against the float64 reference, on the checked rows.
 //
-// Per element the budget is |o - ref| <= atol + rtol * |ref|. Aggregates over the finite
-// elements: max abs error, max relative error |o - ref| / max(|ref|, atol) (the floor keeps
-// near-zero references from producing meaningless ratios), relative L2 ||o - ref|| / ||ref||,
-// cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2. Non-finite values must sit exactly
-// where the reference has them; a NaN where the reference is finite is also counted as
-// unwritten, because outputs are poisoned with NaN before every checked run.
+// The budget derives from the precision floor (validate.hpp, DESIGN.md): the exact reference
+// rounded once to the output dtype gives floor_rel_l2, and rel_l2 must stay within k_l2 times
+// it; each element must stay within k_abs * u * (|ref| + its row's RMS). Aggregates over the
+// finite elements: max abs error, max relative error |o - ref| / max(|ref|, u * row RMS),
+// relative L2 ||o - ref|| / ||ref||, cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2.
+// Non-finite values must sit exactly where the reference has them; a NaN where the reference is
+// finite is also counted as unwritten, because outputs are poisoned with NaN before every run.
 //
-// LSE (when the backend returns it) uses |lse - ref| <= 10 * atol + rtol * |ref|: LSE is a
-// log-sum of fp32 exponentials of the same logits, so its absolute error is of the order of
-// the logits' rounding, which the output budget's atol bounds loosely; the factor 10 leaves
-// room for the log of long rows. -inf (no visible key) must stay -inf.
+// LSE (when the backend returns it): |lse - ref| <= lse_atol + lse_rtol * |ref|; -inf (no
+// visible key) must stay -inf.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,7 +26,6 @@ namespace attn {
 
 namespace {
 
-constexpr double kLseAtolFactor = 10.0;
 // Strict mode bound floor: a naive result that is exact must not demand bit-exactness.
 constexpr double kStrictFloor = 0x1p-24;
 
@@ -76,12 +74,15 @@ struct Accumulated {
   }
 };
 
-template <class G>
+// allowed(row, want) -> the largest |got - want| the budget admits; scale(row) -> the magnitude
+// below which relative errors are measured against it instead of |want|.
+template <class G, class Allowed, class Scale>
 Accumulated accumulate(const G* got, const double* want, const std::vector<uint8_t>& checked, int64_t rows,
-                       int64_t row_len, const Budget& budget) {
+                       int64_t row_len, Allowed allowed_of, Scale scale_of) {
   Accumulated acc;
   for (int64_t r = 0; r < rows; ++r) {
     if (!checked[static_cast<size_t>(r)]) continue;
+    const double scale = scale_of(r);
     for (int64_t d = 0; d < row_len; ++d) {
       const int64_t i = r * row_len + d;
       const double g = static_cast<double>(got[i]), w = want[i];
@@ -98,13 +99,13 @@ Accumulated accumulate(const G* got, const double* want, const std::vector<uint8
         continue;
       }
       const double err = std::abs(g - w);
-      const double allowed = budget.atol + budget.rtol * std::abs(w);
+      const double allowed = allowed_of(r, w);
       acc.err2 += err * err;
       acc.ref2 += w * w;
       acc.got2 += g * g;
       acc.dot += g * w;
       acc.max_abs = std::max(acc.max_abs, err);
-      acc.max_rel = std::max(acc.max_rel, err / std::max(std::abs(w), budget.atol));
+      acc.max_rel = std::max(acc.max_rel, err / std::max(std::abs(w), scale));
       if (err > allowed) ++acc.over;
       const double ratio = allowed > 0 ? err / allowed : (err > 0 ? HUGE_VAL : 0);
       if (!acc.worst_nonfinite && ratio > acc.worst_ratio) {
@@ -116,17 +117,58 @@ Accumulated accumulate(const G* got, const double* want, const std::vector<uint8
   return acc;
 }
 
-std::string budget_failure(const Accumulated& acc, const Budget& budget, const std::string& worst) {
+// The floor of a batch: the reference rounded once to the output dtype, over the checked rows,
+// and each row's RMS (the scale of the per-element rule for elements near zero).
+struct Floor {
+  double rel_l2 = 0;
+  std::vector<double> row_rms;  // [rows]; 0 for unchecked rows
+};
+
+Floor precision_floor(const std::vector<double>& want, const std::vector<uint8_t>& checked, int64_t rows,
+                      int64_t row_len, DType precision) {
+  Floor f;
+  f.row_rms.assign(static_cast<size_t>(rows), 0.0);
+  double err2 = 0, ref2 = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!checked[static_cast<size_t>(r)]) continue;
+    double row2 = 0;
+    int64_t n = 0;
+    for (int64_t d = 0; d < row_len; ++d) {
+      const double w = want[static_cast<size_t>(r * row_len + d)];
+      if (!std::isfinite(w)) continue;
+      const double e = static_cast<double>(round_to(precision, static_cast<float>(w))) - w;
+      err2 += e * e;
+      row2 += w * w;
+      ++n;
+    }
+    ref2 += row2;
+    f.row_rms[static_cast<size_t>(r)] = n > 0 ? std::sqrt(row2 / static_cast<double>(n)) : 0.0;
+  }
+  f.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+  return f;
+}
+
+std::string budget_failure(const Accumulated& acc, const Budget& budget, double floor_rel_l2,
+                           const std::string& worst) {
   if (acc.nan_mismatches > 0) {
     return fmt::format("{} non-finite mismatches ({} unwritten NaN) of {} elements; first at {}", acc.nan_mismatches,
                        acc.unwritten, acc.checked, worst);
   }
   if (acc.over > 0) {
-    return fmt::format("{} of {} elements exceed atol + rtol*|ref| (atol={:g} rtol={:g}); max_abs_err={:.3g}; worst {}",
-                       acc.over, acc.checked, budget.atol, budget.rtol, acc.max_abs, worst);
+    const std::string rule =
+        budget.fixed_elementwise()
+            ? fmt::format("atol + rtol*|ref| (atol={:g} rtol={:g})", budget.atol.value_or(0), budget.rtol.value_or(0))
+            : fmt::format("{:g} x u x (|ref| + row rms) (u={:g}, {})", budget.k_abs, unit_roundoff(budget.precision),
+                          to_string(budget.precision));
+    return fmt::format("{} of {} elements exceed {}; max_abs_err={:.3g} ({:.3g} x allowed); worst {}", acc.over,
+                       acc.checked, rule, acc.max_abs, acc.worst_ratio, worst);
   }
-  if (acc.rel_l2() > budget.max_rel_l2) {
-    return fmt::format("rel_l2 {:.3g} > {:g}", acc.rel_l2(), budget.max_rel_l2);
+  if (budget.max_rel_l2) {
+    if (acc.rel_l2() > *budget.max_rel_l2) return fmt::format("rel_l2 {:.3g} > {:g}", acc.rel_l2(), *budget.max_rel_l2);
+  } else if (acc.rel_l2() > budget.k_l2 * floor_rel_l2) {
+    return fmt::format("rel_l2 {:.3g} > {:g} x floor {:.3g} ({} rounding of the exact result): {:.2f} x floor",
+                       acc.rel_l2(), budget.k_l2, floor_rel_l2, to_string(budget.precision),
+                       acc.rel_l2() / floor_rel_l2);
   }
   if (acc.cosine() < budget.min_cosine) {
     return fmt::format("cosine {:.8f} < {:g}", acc.cosine(), budget.min_cosine);
@@ -155,7 +197,16 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
     return v;
   }
 
-  const Accumulated acc = accumulate(out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v, budget);
+  const double u = unit_roundoff(budget.precision);
+  const Floor floor = precision_floor(ref.o, ref.checked, rows, ref.head_size_v, budget.precision);
+  auto row_scale = [&](int64_t r) { return u * floor.row_rms[static_cast<size_t>(r)]; };
+  const Accumulated acc = accumulate(
+      out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v,
+      [&](int64_t r, double w) {
+        if (budget.fixed_elementwise()) return budget.atol.value_or(0) + budget.rtol.value_or(0) * std::abs(w);
+        return budget.k_abs * u * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]);
+      },
+      row_scale);
   v.elements_checked = acc.checked;
   v.elements_over_budget = acc.over;
   v.nan_mismatches = acc.nan_mismatches;
@@ -165,6 +216,9 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
   v.rel_l2 = acc.rel_l2();
   v.nmse = acc.ref2 > 0 ? acc.err2 / acc.ref2 : acc.err2;
   v.cosine = acc.cosine();
+  v.floor_rel_l2 = floor.rel_l2;
+  v.err_over_floor = floor.rel_l2 > 0 ? v.rel_l2 / floor.rel_l2 : 0.0;
+  v.max_abs_over_budget = std::max(acc.worst_ratio, 0.0);
   if (acc.worst_index >= 0) {
     const int64_t i = acc.worst_index, dv = ref.head_size_v, row = i / dv;
     v.worst = locate(b, row / ref.num_heads, static_cast<int>(row % ref.num_heads), static_cast<int>(i % dv),
@@ -175,16 +229,17 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
                             ref.pairs_total);
     return v;
   }
-  v.failure = budget_failure(acc, budget, describe(v.worst));
+  v.failure = budget_failure(acc, budget, floor.rel_l2, describe(v.worst));
 
   // LSE: one value per row, budget 10 * atol + rtol * |ref|.
   if (v.failure.empty() && !out.lse.empty()) {
     if (out.lse.size() != static_cast<size_t>(rows)) {
       v.failure = fmt::format("lse has {} values, expected {} (num_tokens x num_heads)", out.lse.size(), rows);
     } else {
-      Budget lse_budget = budget;
-      lse_budget.atol = budget.atol * kLseAtolFactor;
-      const Accumulated lse = accumulate(out.lse.data(), ref.lse.data(), ref.checked, rows, 1, lse_budget);
+      const Accumulated lse = accumulate(
+          out.lse.data(), ref.lse.data(), ref.checked, rows, 1,
+          [&](int64_t, double w) { return budget.lse_atol + budget.lse_rtol * std::abs(w); },
+          [&](int64_t) { return budget.lse_atol; });
       v.lse_max_abs_err = lse.max_abs;
       v.nan_mismatches += lse.nan_mismatches;
       v.unwritten += lse.unwritten;
@@ -197,7 +252,7 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
                                   lse.unwritten, describe(w));
         } else {
           v.failure = fmt::format("lse: {} of {} rows exceed {:g} + {:g}*|ref|; max_abs_err={:.3g}; worst {}", lse.over,
-                                  lse.checked, lse_budget.atol, lse_budget.rtol, lse.max_abs, describe(w));
+                                  lse.checked, budget.lse_atol, budget.lse_rtol, lse.max_abs, describe(w));
         }
       }
     }

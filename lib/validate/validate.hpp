@@ -1,6 +1,7 @@
 #pragma once
 // Compares a backend's output with the float64 reference under the budgets of DESIGN.md.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,13 +11,28 @@
 
 namespace attn {
 
+// Budgets derive from the precision floor (DESIGN.md, "Accuracy budgets"): the error of the exact
+// result rounded once to the dtype O is stored in. Per checked batch:
+//   floor_rel_l2 = ||round(ref) - ref|| / ||ref||
+//   rel_l2      <= k_l2 * floor_rel_l2
+//   |o - ref|   <= k_abs * u * (|ref| + rms of ref over its (token, head) row)
+// with u the unit roundoff of that dtype (2^-8 bf16, 2^-11 fp16, 2^-24 fp32): the row term
+// covers elements near zero, whose error scales with the row, not with themselves. A [check]
+// override of atol/rtol (max_rel_l2) replaces the per-element (L2) rule by the fixed one.
 struct Budget {
-  double atol = 1e-2;        // per element: |o - ref| <= atol + rtol * |ref|
-  double rtol = 1e-2;
-  double max_rel_l2 = 1e-2;  // ||o - ref|| / ||ref||
+  DType precision = DType::bf16;  // the dtype O was stored in: sets the floor and u
+  double k_l2 = 1.5;
+  double k_abs = 4;
+  // Fixed rules, set only by [check] overrides: |o - ref| <= atol + rtol * |ref|, rel_l2 <= max_rel_l2.
+  std::optional<double> atol, rtol, max_rel_l2;
   double min_cosine = 0.9999;
-  bool strict = false;       // also bound the error by 2x a same-precision naive implementation
+  // LSE (natural log, fp32 in every backend): |lse - ref| <= lse_atol + lse_rtol * |ref|.
+  double lse_atol = 1e-1, lse_rtol = 1e-2;
+  bool strict = false;  // also bound the error by 2x a same-precision naive implementation
+  bool fixed_elementwise() const { return atol.has_value() || rtol.has_value(); }
 };
+// Unit roundoff (half an ulp at 1) of a storage dtype.
+double unit_roundoff(DType t);
 Budget default_budget(DType model_dtype);
 Budget apply_overrides(Budget b, const CheckConfig& c);
 
@@ -33,6 +49,9 @@ struct ValidationResult {
   bool pass = false;
   std::string failure;  // first failed criterion, human-readable ("" when pass)
   double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0, cosine = 1, nmse = 0;
+  double floor_rel_l2 = 0;    // the exact reference rounded once to the output dtype
+  double err_over_floor = 0;  // rel_l2 / floor_rel_l2 (0 when the floor is 0)
+  double max_abs_over_budget = 0;  // largest |o - ref| / allowed of any element
   double lse_max_abs_err = 0;   // when the backend returns LSE
   int64_t elements_checked = 0;
   int64_t elements_over_budget = 0;
