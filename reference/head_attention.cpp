@@ -9,9 +9,10 @@ namespace attn::ref {
 
 KeyRange Visibility::keys_of(int64_t p) const {
   if (!causal) return {0, seq_len};
-  KeyRange r{0, std::min(p + 1, seq_len)};
+  KeyRange r{0, std::min(p + 1 + extra_hi, seq_len)};
   if (sliding_window > 0) r.lo = std::max(r.lo, p - sliding_window + 1);
   if (local_chunk > 0) r.lo = std::max(r.lo, p / local_chunk * local_chunk);
+  if (r.lo > 0) r.lo = std::max<int64_t>(r.lo + extra_lo, 0);
   return r;
 }
 
@@ -59,7 +60,8 @@ void attend_head(const Eigen::MatrixXd& q, int64_t first_pos, const Eigen::Matri
 
       double row_max = rule.has_sink ? rule.sink : -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < nk; ++j) {
-        if (j < lo || j >= hi) {
+        const int64_t key = tile_lo + j;
+        if (j < lo || j >= hi || (key >= vis.hidden_lo && key < vis.hidden_hi)) {
           s(i, j) = 0.0;
           continue;
         }
@@ -78,6 +80,8 @@ void attend_head(const Eigen::MatrixXd& q, int64_t first_pos, const Eigen::Matri
       // Numerically stable softmax: every exponent is <= 0, so nothing overflows.
       double denom = rule.has_sink ? std::exp(rule.sink - row_max) : 0.0;
       for (int64_t j = lo; j < hi; ++j) {
+        const int64_t key = tile_lo + j;
+        if (key >= vis.hidden_lo && key < vis.hidden_hi) continue;  // stays 0
         s(i, j) = std::exp(s(i, j) - row_max);
         denom += s(i, j);
       }

@@ -26,6 +26,11 @@ struct Visibility {
   int64_t seq_len = 0;
   int64_t sliding_window = 0;
   int64_t local_chunk = 0;
+  // Sensitivity perturbations only (reference.hpp, Perturbation): a causal row's hi moves by
+  // extra_hi (clamped to seq_len), a windowed/chunked row's lo by extra_lo (clamped to 0), and
+  // keys [hidden_lo, hidden_hi) are masked out.
+  int64_t extra_hi = 0, extra_lo = 0;
+  int64_t hidden_lo = 0, hidden_hi = 0;
 
   KeyRange keys_of(int64_t p) const;
 };

@@ -116,8 +116,9 @@ struct WorkUnit {
 
 class ReferenceRunner {
  public:
-  ReferenceRunner(const Batch& b, const Shape& sh, const std::vector<uint8_t>& chosen, ReferenceResult& out)
-      : b_(b), sh_(sh), chosen_(chosen), out_(out) {}
+  ReferenceRunner(const Batch& b, const Shape& sh, const std::vector<uint8_t>& chosen, Perturbation perturb,
+                  ReferenceResult& out)
+      : b_(b), sh_(sh), chosen_(chosen), perturb_(perturb), out_(out) {}
 
   std::vector<WorkUnit> units() const {
     std::vector<WorkUnit> list;
@@ -143,7 +144,9 @@ class ReferenceRunner {
     if (sh_.mla) {
       build_mla_kv(u.req, u.head, span, k, v);
     } else {
-      build_kv(u.req, u.head, span, k, v);
+      // A shifted GQA map: the group of kv head u reads kv head u + 1.
+      const int kvh = perturb_ == Perturbation::gqa_shifted ? (u.head + 1) % sh_.hkv : u.head;
+      build_kv(u.req, kvh, span, k, v);
     }
     Eigen::MatrixXd q, o;
     Eigen::VectorXd lse;
@@ -169,6 +172,22 @@ class ReferenceRunner {
     vis.seq_len = b_.requests[req].seq_len();
     vis.sliding_window = b_.spec.sliding_window;
     vis.local_chunk = b_.local_attention_chunk;
+    switch (perturb_) {
+      case Perturbation::causal_plus_one: vis.extra_hi = 1; break;
+      case Perturbation::window_plus_one:
+        if (vis.sliding_window > 0) vis.sliding_window += 1;
+        break;
+      case Perturbation::local_chunk_minus_one:
+        if (vis.local_chunk > 0) vis.extra_lo = -1;
+        break;
+      case Perturbation::cascade_block_dropped:
+        if (b_.shared_prefix_len > 0 && b_.spec.block_size > 0) {
+          vis.hidden_lo = b_.shared_prefix_len - b_.spec.block_size;
+          vis.hidden_hi = b_.shared_prefix_len;
+        }
+        break;
+      default: break;
+    }
     return vis;
   }
 
@@ -183,9 +202,9 @@ class ReferenceRunner {
   ref::LogitRule logit_rule(int h) const {
     ref::LogitRule rule;
     rule.scale = sh_.scale;
-    rule.soft_cap = b_.spec.logits_soft_cap;
-    if (!b_.alibi.empty()) rule.alibi_slope = b_.alibi[h];
-    if (!b_.sinks.empty()) {
+    rule.soft_cap = perturb_ == Perturbation::softcap_no_tanh ? 0.0 : b_.spec.logits_soft_cap;
+    if (!b_.alibi.empty() && perturb_ != Perturbation::alibi_dropped) rule.alibi_slope = b_.alibi[h];
+    if (!b_.sinks.empty() && perturb_ != Perturbation::sinks_dropped) {
       rule.has_sink = true;
       rule.sink = b_.sinks[h];
     }
@@ -205,10 +224,13 @@ class ReferenceRunner {
   void build_kv(int req, int kvh, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
     k.resize(span.size(), sh_.dqk);
     v.resize(span.size(), sh_.dv);
+    // Ignored fp8 scales: the kernel would multiply by the stored codes' values, x / scale.
+    const bool unscaled = perturb_ == Perturbation::fp8_scales_ignored && b_.spec.kv_fp8();
+    const double k_mul = unscaled ? 1.0 / b_.spec.k_scale : 1.0, v_mul = unscaled ? 1.0 / b_.spec.v_scale : 1.0;
     for (int64_t j = 0; j < span.size(); ++j) {
       const int pos = static_cast<int>(span.lo + j);
-      for (int d = 0; d < sh_.dqk; ++d) k(j, d) = b_.k(req, pos, kvh, d);
-      for (int d = 0; d < sh_.dv; ++d) v(j, d) = b_.v(req, pos, kvh, d);
+      for (int d = 0; d < sh_.dqk; ++d) k(j, d) = k_mul * b_.k(req, pos, kvh, d);
+      for (int d = 0; d < sh_.dv; ++d) v(j, d) = v_mul * b_.v(req, pos, kvh, d);
     }
   }
 
@@ -253,10 +275,27 @@ class ReferenceRunner {
   const Batch& b_;
   const Shape& sh_;
   const std::vector<uint8_t>& chosen_;
+  const Perturbation perturb_;
   ReferenceResult& out_;  // units write disjoint (token, head) rows
 };
 
 }  // namespace
+
+const char* to_string(Perturbation p) {
+  switch (p) {
+    case Perturbation::none: return "none";
+    case Perturbation::causal_plus_one: return "causal";
+    case Perturbation::window_plus_one: return "window";
+    case Perturbation::local_chunk_minus_one: return "local_chunk";
+    case Perturbation::softcap_no_tanh: return "soft_cap";
+    case Perturbation::sinks_dropped: return "sinks";
+    case Perturbation::alibi_dropped: return "alibi";
+    case Perturbation::fp8_scales_ignored: return "fp8_scales";
+    case Perturbation::gqa_shifted: return "gqa_map";
+    case Perturbation::cascade_block_dropped: return "cascade_split";
+  }
+  return "?";
+}
 
 ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) {
   const Shape sh = resolve_shape(b);
@@ -276,7 +315,7 @@ ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) 
   const std::vector<uint8_t> chosen = choose_pairs(out.pairs_total, opts.max_pairs, opts.sample_seed);
   out.pairs_checked = std::count(chosen.begin(), chosen.end(), uint8_t{1});
 
-  const ReferenceRunner runner(b, sh, chosen, out);
+  const ReferenceRunner runner(b, sh, chosen, opts.perturbation, out);
   const std::vector<WorkUnit> units = runner.units();
   // Units differ in cost by orders of magnitude (a 32k prefill vs a short decode), so workers
   // pull them largest first from a shared counter instead of taking fixed slices.

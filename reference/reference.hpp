@@ -8,12 +8,29 @@
 
 namespace attn {
 
+// A feature computed the way a typical bug computes it (docs/DESIGN.md, "Sensitivity"): the
+// reference under a perturbation tells how much that bug would move the output of this batch.
+enum class Perturbation {
+  none,
+  causal_plus_one,      // each causal row also sees the next (future) key
+  window_plus_one,      // a sliding-window row also sees one key older than its window
+  local_chunk_minus_one,  // a local-attention row also sees the last key of the previous chunk
+  softcap_no_tanh,      // cap * (s / cap): the soft cap applied without its tanh
+  sinks_dropped,        // the sink logit left out of the denominator
+  alibi_dropped,        // the ALiBi bias left out
+  fp8_scales_ignored,   // the fp8 cache read without its k/v scales (as if they were 1)
+  gqa_shifted,          // q head h reads kv head (h / group + 1) % num_kv_heads
+  cascade_block_dropped,  // the last block of the shared prefix attended by neither pass
+};
+const char* to_string(Perturbation p);
+
 struct ReferenceOptions {
   // Check at most this many (request, head) pairs; 0 = all. When fewer than all are checked,
   // the sample is drawn from sample_seed and reported.
   int64_t max_pairs = 0;
   uint64_t sample_seed = 0;
   int threads = 0;  // 0 = default_threads()
+  Perturbation perturbation = Perturbation::none;
 };
 
 struct ReferenceResult {

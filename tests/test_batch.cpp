@@ -76,7 +76,11 @@ TEST(Batch, ValuesFollowTheGeneratorConventions) {
     EXPECT_EQ(b.k(4, 5, 1, d), b.k_input(4, 5, 1, d));  // no quantization for a bf16 cache
   }
   ASSERT_EQ(b.sinks.size(), 4u);
-  for (int h = 0; h < 4; ++h) EXPECT_EQ(b.sinks[h], 2.0f * gen_value(77, ValueTensor::sink, 0, 0, h, 0));
+  // Sinks sit near the largest scores: centred on 3 x the score std (4/3), spread by one std.
+  EXPECT_FLOAT_EQ(b.q_scale, 4.0f);
+  EXPECT_FLOAT_EQ(b.sink_centre, 4.0f);
+  for (int h = 0; h < 4; ++h)
+    EXPECT_EQ(b.sinks[h], b.sink_centre + b.sink_spread * gen_value(77, ValueTensor::sink, 0, 0, h, 0));
   EXPECT_TRUE(b.alibi.empty());
   EXPECT_FLOAT_EQ(b.spec.scale, 0.25f);  // 1/sqrt(16) resolved
   // Inputs are not flat: queries span about [-4, 4).
@@ -368,6 +372,32 @@ TEST(Batch, LargeBatchDescribesFast) {
   EXPECT_LT(secs, 1.0);
   EXPECT_EQ(w.attended_pairs, 256LL * 4096 + (4096LL * 4097 / 2 + (32768LL - 4096) * 4096));
   EXPECT_EQ(b.max_blocks_per_req, 2049);
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// [data]: the value regime follows the features, and explicit keys win.
+TEST(BatchData, RegimeFollowsFeaturesAndKeys) {
+  AttentionSpec s = small_spec();
+  s.logits_soft_cap = 50.0f;
+  s.sinks = true;
+  BatchShape shape = mixed_shape();
+  Batch b = make_batch(s, shape, 5);
+  EXPECT_FLOAT_EQ(b.q_scale, 3.0f * 2.0f);   // soft cap 50: score std 50 / 25
+  EXPECT_FLOAT_EQ(b.sink_centre, 3.0f * 2.0f);
+  EXPECT_FLOAT_EQ(b.sink_spread, 2.0f);
+  shape.data.logit_std = 10.0;
+  shape.data.sink_logit = -1.0;
+  b = make_batch(s, shape, 5);
+  EXPECT_FLOAT_EQ(b.q_scale, 30.0f);
+  EXPECT_FLOAT_EQ(b.sink_centre, -1.0f);
+  for (int h = 0; h < s.num_q_heads; ++h) EXPECT_NEAR(b.sinks[h], -1.0f, 10.0f);
+  EXPECT_EQ(b.q(0, b.requests[0].context_len, 0, 0),
+            round_to(DType::bf16, 30.0f * gen_value(5, ValueTensor::q, 0, b.requests[0].context_len, 0, 0)));
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ class PlantedFault : public ::testing::TestWithParam<Fault> {};
 TEST_P(PlantedFault, ValidatorCatchesIt) {
   const Batch b = fault_batch();
   const ReferenceResult ref = compute_reference(b);
-  // The copy computes and stores in fp32, like the cpu backend.
+  // The copy computes and stores in fp32, like the cpu backend: held to the fp32 budget.
   const Budget budget = default_budget(DType::f32);
   const Fault fault = GetParam();
   const ValidationResult v = validate_output(b, cpu_attention_copy(b, fault), ref, budget);
@@ -173,7 +173,7 @@ TEST_P(PlantedFault, ValidatorCatchesIt) {
       EXPECT_GT(v.nan_mismatches, 0);
       break;
     default:  // a value fault: far over the budget, not a borderline miss
-      EXPECT_GT(v.err_over_floor, 100 * budget.k_l2) << to_string(fault);
+      EXPECT_GT(v.err_over_floor, 4 * budget.k_l2) << to_string(fault);
       EXPECT_GT(v.elements_over_budget, 0) << to_string(fault);
       break;
   }

@@ -94,9 +94,9 @@ class ValidateTest : public ::testing::Test {
 TEST(ValidateBudget, DefaultsPerDtype) {
   const Budget f32 = default_budget(DType::f32), f16 = default_budget(DType::f16), bf16 = default_budget(DType::bf16);
   EXPECT_EQ(bf16.precision, DType::bf16);
-  EXPECT_DOUBLE_EQ(bf16.k_l2, 1.5);
+  EXPECT_DOUBLE_EQ(bf16.k_l2, 1.6);
   EXPECT_DOUBLE_EQ(bf16.k_abs, 4);
-  EXPECT_DOUBLE_EQ(f16.k_l2, 1.5);
+  EXPECT_DOUBLE_EQ(f16.k_l2, 1.6);
   EXPECT_EQ(f32.precision, DType::f32);
   EXPECT_DOUBLE_EQ(f32.k_l2, 512);  // fp32 kernels: accumulation, not output rounding, dominates
   EXPECT_FALSE(bf16.atol.has_value());

@@ -120,6 +120,9 @@ int run_verb(const RunArgs& a) {
       fmt::print("note: {} on {}: a request run alone differs bitwise from its rows in the batch\n", r.backend,
                  r.scenario);
     if (r.status == "fail" && !r.worst.empty()) fmt::print("worst element of {} on {}: {}\n", r.backend, r.scenario, r.worst);
+    if (!r.not_exercised.empty())
+      fmt::print("note: {} on {}: not exercised by the data (a bug there would move the output by < 4 budgets): "
+                 "{} [sensitivity {}]\n", r.backend, r.scenario, r.not_exercised, r.sensitivity);
   }
   for (const std::string& out : a.outputs) {
     if (ends_with(out, ".json")) {

@@ -69,7 +69,7 @@ float max_abs_over_new_tokens(const std::vector<RequestShape>& reqs, int heads, 
 // id is the request's own (request_ids[req] when the batch was cut from a larger one).
 float Batch::q(int req, int pos, int head, int d) const {
   const uint32_t id = request_ids.empty() ? static_cast<uint32_t>(req) : request_ids[static_cast<size_t>(req)];
-  return round_to(spec.dtype, 4.0f * gen_value(seed, ValueTensor::q, id,
+  return round_to(spec.dtype, q_scale * gen_value(seed, ValueTensor::q, id,
                                                static_cast<uint32_t>(pos), static_cast<uint32_t>(head),
                                                static_cast<uint32_t>(d)));
 }
@@ -117,6 +117,36 @@ float Batch::w_uv(int head, int c, int d) const {
   return round_to(spec.dtype, g / std::sqrt(static_cast<float>(spec.mla.kv_lora_rank)));
 }
 
+// ---- value regime ([data]) ------------------------------------------------------------------------
+
+// Defaults put every declared feature where it changes the output (docs/SCENARIOS.md, [data]):
+// scores of std 4/3 in general; with a soft cap, of std cap / 25, so the top scores of a row
+// (~4 std) reach a sixth of the cap, where the tanh bends them enough to move the output by
+// several budgets while the softmax stays spread enough for window and causal limits to
+// matter too (a std of cap / 2 makes rows one-hot and hides a window off-by-one); sinks centred on 3 x the score std, comparable to the
+// largest scores of a row (as gpt-oss's learned sinks are), rather than small constants.
+namespace {
+
+void resolve_data(Batch& b, const DataConfig& d) {
+  const AttentionSpec& s = b.spec;
+  b.data = d;
+  constexpr double kPlainStd = 4.0 / 3.0;
+  double logit_std = kPlainStd;
+  if (d.logit_std) {
+    logit_std = *d.logit_std;
+  } else if (s.logits_soft_cap > 0) {
+    logit_std = s.logits_soft_cap / 25.0;
+  }
+  // MLA's scale is 1/sqrt(qk 192) over 576-wide latent scores: keep its calibrated default.
+  if (!s.use_mla || d.logit_std) b.q_scale = static_cast<float>(3.0 * logit_std);
+  if (s.sinks) {
+    b.sink_centre = static_cast<float>(d.sink_logit.value_or(3.0 * logit_std));
+    b.sink_spread = static_cast<float>(logit_std);
+  }
+}
+
+}  // namespace
+
 // ---- make_batch ----------------------------------------------------------------------------------
 
 Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed) {
@@ -139,6 +169,7 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
   b.requests = shape.requests;
   b.shared_prefix_len = shape.shared_prefix_len;
   b.local_attention_chunk = shape.local_attention_chunk;
+  resolve_data(b, shape.data);
   b.step = shape.step;
   b.block_size = spec.block_size;
   if (b.spec.scale == 0.0f) b.spec.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_size_qk));
@@ -196,7 +227,7 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
   if (spec.sinks) {
     b.sinks.resize(static_cast<size_t>(spec.num_q_heads));
     for (int h = 0; h < spec.num_q_heads; ++h)
-      b.sinks[h] = gen_value(seed, ValueTensor::sink, 0u, 0u, static_cast<uint32_t>(h), 0u) * 2.0f;
+      b.sinks[h] = b.sink_centre + b.sink_spread * gen_value(seed, ValueTensor::sink, 0u, 0u, static_cast<uint32_t>(h), 0u);
   }
   if (spec.alibi) b.alibi = alibi_slopes(spec.num_q_heads);
 

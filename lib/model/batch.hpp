@@ -19,6 +19,11 @@ struct Batch {
   int shared_prefix_len = 0;           // tokens [0, L) of every request share blocks and values
   int local_attention_chunk = 0;
   long step = -1;
+  // Value regime (make_batch resolves [data]): Q = q_scale * U[-1, 1), so the scaled scores have
+  // std q_scale / 3 with U[-1, 1) keys; sink logit of head h = sink_centre + sink_spread * U.
+  DataConfig data;  // as given; the resolved regime follows
+  float q_scale = 4.0f;
+  float sink_centre = 0.0f, sink_spread = 2.0f;
 
   // Paging. Physical block 0 is the reserved null block: never allocated, used as padding.
   int block_size = 16;

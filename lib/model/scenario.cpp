@@ -619,10 +619,23 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
   }
 }
 
+void parse_data(const std::string& file, const toml::table* tbl, DataConfig& d) {
+  if (tbl == nullptr) return;
+  const Section k(file, *tbl, "data", {"logit_std", "sink_logit"});
+  if (const auto f = k.number("logit_std")) {
+    if (!(f->value > 0.0 && f->value <= 1000.0)) fail(file, f->where, "must be in (0, 1000]", "e.g. 1.33 (the default) or 25");
+    d.logit_std = f->value;
+  }
+  if (const auto f = k.number("sink_logit")) {
+    if (!(std::abs(f->value) <= 1000.0)) fail(file, f->where, "must be in [-1000, 1000]");
+    d.sink_logit = f->value;
+  }
+}
+
 void parse_check(const std::string& file, const toml::table* tbl, CheckConfig& c) {
   if (tbl == nullptr) return;
   const Section k(file, *tbl, "check", {"atol", "rtol", "max_rel_l2", "min_cosine", "k_l2", "k_abs", "strict",
-                                                  "sample_pairs"});
+                                                  "require_sensitivity", "sample_pairs"});
   auto non_negative = [&](std::string_view key, std::optional<double>& out) {
     if (const auto f = k.number(key)) {
       if (f->value < 0.0) fail(file, f->where, "must be >= 0");
@@ -643,6 +656,7 @@ void parse_check(const std::string& file, const toml::table* tbl, CheckConfig& c
     c.min_cosine = f->value;
   }
   if (const auto f = k.boolean("strict")) c.strict = f->value;
+  if (const auto f = k.boolean("require_sensitivity")) c.require_sensitivity = f->value;
   if (const auto f = k.integer_in("sample_pairs", 0, "must be >= 0 (0 = check every (request, head) pair)",
                                   std::numeric_limits<int64_t>::max()))
     c.sample_pairs = f->value;
@@ -662,7 +676,7 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
   }
   Scenario s;
   s.file = source_name;
-  const Section top(file, root, "", {"name", "description", "seed", "model", "batch", "run", "check"});
+  const Section top(file, root, "", {"name", "description", "seed", "model", "batch", "run", "check", "data"});
   s.name = fs::path(source_name).stem().string();
   if (const auto f = top.string("name")) {
     if (f->value.empty()) fail(file, f->where, "must not be empty", "or leave it out: it defaults to the file name");
@@ -677,6 +691,7 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
   check_batch(file, mo, bo, s);
   parse_run(file, top.table("run"), s.run);
   parse_check(file, top.table("check"), s.check);
+  parse_data(file, top.table("data"), s.data);
   return s;
 }
 

@@ -61,6 +61,12 @@ struct BatchConfig {
   TraceConfig trace;
 };
 
+// [data]: the regime of the generated values (docs/SCENARIOS.md). Unset = the per-feature default.
+struct DataConfig {
+  std::optional<double> logit_std;   // std of the scaled raw scores q.k * scale
+  std::optional<double> sink_logit;  // centre of the per-head sink logits
+};
+
 enum class CascadeMode { auto_, on, off };
 
 struct RunConfig {
@@ -77,6 +83,7 @@ struct CheckConfig {  // unset = the dtype default of DESIGN.md
   std::optional<double> atol, rtol, max_rel_l2, min_cosine;
   std::optional<double> k_l2, k_abs;  // factors of the floor-based rule (DESIGN.md)
   bool strict = false;
+  bool require_sensitivity = false;  // fail when a declared feature is not exercised by the data
   int64_t sample_pairs = 0;  // check at most this many (request, head) pairs; 0 = all
 };
 
@@ -90,6 +97,7 @@ struct Scenario {
   BatchConfig batch;
   RunConfig run;
   CheckConfig check;
+  DataConfig data;
 };
 
 Scenario load_scenario(const std::string& path);
@@ -102,6 +110,7 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
 
 // One concrete batch shape of a scenario (a trace with step = "all" gives many).
 struct BatchShape {
+  DataConfig data;
   std::string label;  // scenario name, plus "@step" for traces
   std::vector<RequestShape> requests;
   int shared_prefix_len = 0;

@@ -55,6 +55,7 @@ BatchShape base_shape(const Scenario& s) {
   b.label = s.name;
   b.shared_prefix_len = s.batch.shared_prefix_len;
   b.local_attention_chunk = s.batch.local_attention_chunk;
+  b.data = s.data;
   b.block_allocation = s.batch.block_allocation;
   b.num_blocks = s.batch.num_blocks;
   b.step = -1;

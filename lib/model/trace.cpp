@@ -260,6 +260,7 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
     b.requests = st.requests;
     b.shared_prefix_len = s.batch.shared_prefix_len;
     b.local_attention_chunk = s.batch.local_attention_chunk;
+    b.data = s.data;
     b.block_allocation = s.batch.block_allocation;
     b.num_blocks = s.batch.num_blocks;
     b.step = st.step;

@@ -136,6 +136,7 @@ Batch single_request_batch(const Batch& b, int r) {
   shape.requests = {b.requests[static_cast<size_t>(r)]};
   shape.shared_prefix_len = std::min(b.shared_prefix_len, shape.requests[0].context_len);
   shape.local_attention_chunk = b.local_attention_chunk;
+  shape.data = b.data;
   Batch sub = make_batch(spec, shape, b.seed);
   sub.request_ids = {b.request_ids.empty() ? static_cast<uint32_t>(r) : b.request_ids[static_cast<size_t>(r)]};
   return sub;
@@ -161,6 +162,34 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.causal = sp.causal();
   row.mla = sp.use_mla;
 }
+
+}  // namespace
+
+namespace {
+
+// The features a batch declares, each with the perturbation a typical bug of it amounts to
+// (docs/DESIGN.md, "Sensitivity"). Causal counts only where some request has more than one
+// query token: a decode's last key is its own, so a causal off-by-one cannot show there.
+std::vector<Perturbation> declared_features(const Batch& b) {
+  const AttentionSpec& s = b.spec;
+  std::vector<Perturbation> f;
+  const bool multi_token = std::any_of(b.requests.begin(), b.requests.end(),
+                                       [](const RequestShape& r) { return r.query_len > 1; });
+  if (s.causal() && multi_token) f.push_back(Perturbation::causal_plus_one);
+  if (s.sliding_window > 0) f.push_back(Perturbation::window_plus_one);
+  if (b.local_attention_chunk > 0) f.push_back(Perturbation::local_chunk_minus_one);
+  if (s.logits_soft_cap > 0) f.push_back(Perturbation::softcap_no_tanh);
+  if (s.sinks) f.push_back(Perturbation::sinks_dropped);
+  if (s.alibi) f.push_back(Perturbation::alibi_dropped);
+  if (s.kv_fp8() && (s.k_scale != 1.0f || s.v_scale != 1.0f)) f.push_back(Perturbation::fp8_scales_ignored);
+  if (!s.use_mla && s.num_kv_heads > 1) f.push_back(Perturbation::gqa_shifted);
+  if (b.shared_prefix_len > 0) f.push_back(Perturbation::cascade_block_dropped);
+  return f;
+}
+
+// Features whose perturbation moves the output by less than this many budgets are reported as
+// not exercised by the batch's data.
+constexpr double kMinSensitivity = 4.0;
 
 }  // namespace
 
@@ -200,11 +229,25 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     refopts.sample_seed = s.seed;
     ReferenceResult ref;
     double quant_err = -1.0;
+    std::vector<std::pair<Perturbation, AttentionOutput>> effects;  // (feature, reference under its bug)
     if (any_runs) {
       if (opts.progress) opts.progress(fmt::format("{}: reference ({} tokens)", batch.label, batch.num_tokens()));
       ref = compute_reference(batch, refopts);
       // fp8 caches: the quantization error (fp8 reference vs unquantized K/V), reported, never gated.
       if (batch.spec.kv_fp8()) quant_err = quantization_rel_l2(batch, ref.checked);
+      // Sensitivity: how far each declared feature's typical bug moves this batch's output.
+      for (Perturbation f : declared_features(batch)) {
+        if (opts.progress) opts.progress(fmt::format("{}: sensitivity to {}", batch.label, to_string(f)));
+        ReferenceOptions po = refopts;
+        po.perturbation = f;
+        const ReferenceResult pr = compute_reference(batch, po);
+        AttentionOutput as_output;
+        as_output.num_tokens = pr.num_tokens;
+        as_output.num_heads = pr.num_heads;
+        as_output.head_size_v = pr.head_size_v;
+        as_output.o.assign(pr.o.begin(), pr.o.end());
+        effects.emplace_back(f, std::move(as_output));
+      }
     }
 
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
@@ -270,6 +313,28 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
                                   v.worst.want);
         row.status = to_string(v.pass ? RowStatus::pass : RowStatus::fail);
         row.reason = v.failure;
+        // Each feature's bug, checked like an output under this row's budget: the larger of its
+        // rel_l2 over the rel_l2 budget and its worst element over that element's budget.
+        const double l2_budget = budget.max_rel_l2.value_or(budget.k_l2 * v.floor_rel_l2);
+        Budget plain = budget;
+        plain.strict = false;
+        std::string weak;
+        for (const auto& [f, bugged] : effects) {
+          const ValidationResult e = validate_output(batch, bugged, ref, plain);
+          const double sens = std::max(l2_budget > 0 ? e.rel_l2 / l2_budget : HUGE_VAL, e.max_abs_over_budget);
+          if (!row.sensitivity.empty()) row.sensitivity += ' ';
+          row.sensitivity += fmt::format("{}={:.3g}", to_string(f), sens);
+          if (sens < kMinSensitivity) {
+            if (!row.not_exercised.empty()) row.not_exercised += ' ';
+            row.not_exercised += to_string(f);
+            if (weak.empty()) weak = fmt::format("{} ({:.2g} x the budget)", to_string(f), sens);
+          }
+        }
+        if (v.pass && !weak.empty() && (budget.strict || s.check.require_sensitivity)) {
+          row.status = to_string(RowStatus::fail);
+          row.reason = fmt::format("features not exercised by this batch's data: {}; first: {}, below {:g}",
+                                   row.not_exercised, weak, kMinSensitivity);
+        }
 
         // Determinism: a second poisoned run must match bit for bit.
         inst->poison();

@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 65> kResultColumns{{
+inline constexpr std::array<ResultColumn, 67> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -63,6 +63,8 @@ inline constexpr std::array<ResultColumn, 65> kResultColumns{{
     {"floor_rel_l2", &ResultRow::floor_rel_l2},
     {"err_over_floor", &ResultRow::err_over_floor},
     {"naive_rel_l2", &ResultRow::naive_rel_l2},
+    {"sensitivity", &ResultRow::sensitivity},
+    {"not_exercised", &ResultRow::not_exercised},
     {"cosine", &ResultRow::cosine},
     {"nmse", &ResultRow::nmse},
     {"quant_rel_l2", &ResultRow::quant_rel_l2},

@@ -35,7 +35,11 @@ struct ResultRow {
   // errors (validation)
   double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0, cosine = 1, nmse = 0, quant_rel_l2 = -1;
   double floor_rel_l2 = 0, err_over_floor = 0;  // the output-rounding floor and rel_l2 / floor
-  double naive_rel_l2 = -1;  // strict mode: a same-precision naive implementation's rel_l2 (-1 = not run)
+  double naive_rel_l2 = -1;
+  // Per declared feature: its typical bug's effect on this batch in rel_l2 budgets,
+  // "soft_cap=12.3 sinks=5.02"; the features below 4 budgets, space-separated.
+  std::string sensitivity, not_exercised;
+  double naive_rel_l2_unused_ = 0;  // strict mode: a same-precision naive implementation's rel_l2 (-1 = not run)
   int64_t nan_mismatches = 0, unwritten = 0, checked_pairs = 0, total_pairs = 0;
   std::string worst;  // "req=3 tok=17 pos=2064 head=5 dim=9 got=.. want=.."
   bool deterministic = true;    // two runs bitwise equal

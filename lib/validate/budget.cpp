@@ -4,8 +4,9 @@
 // budget only has to cover the arithmetic of the backend. Its unavoidable part is the final
 // rounding of O to the dtype it is stored in (the floor, measured per batch by validate_output);
 // a correct kernel adds P rounded to the model dtype before P.V and fp32 accumulation order.
-// The factors below were chosen from measurements (DESIGN.md lists them): a correct kernel
-// sits at 1.0-1.2 x the floor, so k_l2 = 1.5 passes it with margin while a 2x error fails.
+// The factors below were chosen from measurements (DESIGN.md lists them): flash_attn sits at
+// 1.16-1.22 x the floor on every shipped scenario and a naive same-precision implementation at
+// 1.16-1.54, so k_l2 = 1.6 passes a correct kernel with margin while a 2x error fails.
 #include <cmath>
 #include <string>
 
@@ -28,6 +29,7 @@ double unit_roundoff(DType t) {
 Budget default_budget(DType precision) {
   Budget b;
   b.precision = precision;
+  b.k_l2 = 1.6;
   switch (precision) {
     case DType::f32:
       // An fp32 kernel's error is its accumulation over the keys, far above the fp32 output

@@ -21,7 +21,7 @@ namespace attn {
 // override of atol/rtol (max_rel_l2) replaces the per-element (L2) rule by the fixed one.
 struct Budget {
   DType precision = DType::bf16;  // the dtype O was stored in: sets the floor and u
-  double k_l2 = 1.5;
+  double k_l2 = 1.6;
   double k_abs = 4;
   // Fixed rules, set only by [check] overrides: |o - ref| <= atol + rtol * |ref|, rel_l2 <= max_rel_l2.
   std::optional<double> atol, rtol, max_rel_l2;
