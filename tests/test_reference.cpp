@@ -479,5 +479,110 @@ TEST(Reference, RejectsInconsistentBatches) {
   EXPECT_THROW(compute_reference(b), InputError);
 }
 
+
+// ---- perturbations (sensitivity): each bug's effect, checked by hand on tiny batches --------------
+
+ReferenceResult perturbed(const Batch& b, Perturbation p) {
+  ReferenceOptions o;
+  o.perturbation = p;
+  return compute_reference(b, o);
+}
+
+// Row (token, head) of O as a vector.
+std::vector<double> row_of(const ReferenceResult& r, int64_t token, int head) {
+  const auto first = r.o.begin() + (token * r.num_heads + head) * r.head_size_v;
+  return {first, first + r.head_size_v};
+}
+
+TEST(ReferencePerturbation, CausalPlusOneMovesAllButTheLastRow) {
+  // One prefill of 5 tokens after 3 cached: rows at positions 3..6; the last sees every key
+  // already, so only rows 0..3 change.
+  const Batch b = batch_of(mha(2, 1, 16, 8), {{3, 5}}, 31);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::causal_plus_one);
+  for (int t = 0; t < 5; ++t) {
+    const bool last = t == 4;
+    EXPECT_EQ(row_of(ref, t, 1) == row_of(bug, t, 1), last) << "token " << t;
+  }
+}
+
+TEST(ReferencePerturbation, WindowPlusOneMovesOnlyRowsPastTheWindow) {
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.sliding_window = 4;
+  const Batch b = batch_of(s, {{0, 7}}, 32);  // positions 0..6; rows >= 4 have lo > 0
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::window_plus_one);
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(row_of(ref, t, 0) == row_of(bug, t, 0), t < 4) << "token " << t;
+}
+
+TEST(ReferencePerturbation, LocalChunkMinusOneMovesRowsAfterAChunkStart) {
+  const Batch b = batch_of(mha(2, 1, 16, 8), {{2, 8}}, 33, 0, 4);  // positions 2..9, chunk 4
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::local_chunk_minus_one);
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(row_of(ref, t, 0) == row_of(bug, t, 0), t + 2 < 4) << "token " << t;
+}
+
+TEST(ReferencePerturbation, SinksDroppedRemovesExactlyTheSinkFromTheDenominator) {
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.sinks = true;
+  const Batch b = batch_of(s, {{5, 2}}, 34);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::sinks_dropped);
+  for (size_t row = 0; row < ref.lse.size(); ++row) {
+    const int h = static_cast<int>(row % 2);
+    // lse = log(sum_keys + e^sink): dropping the sink leaves log(e^lse - e^sink).
+    EXPECT_NEAR(bug.lse[row], std::log(std::exp(ref.lse[row]) - std::exp(double{b.sinks[h]})), 1e-9);
+  }
+}
+
+TEST(ReferencePerturbation, SoftCapWithoutTanhMattersOnlyNearTheCap) {
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.logits_soft_cap = 1e4f;  // far above every score: the tanh is the identity to ~1e-9
+  Batch b = batch_of(s, {{6, 2}}, 35);
+  EXPECT_LT(max_diff(compute_reference(b).o, perturbed(b, Perturbation::softcap_no_tanh).o), 1e-6);
+  s.logits_soft_cap = 0.5f;  // scores of std 1.33 ([data] logit_std) are squeezed hard
+  BatchShape shape;
+  shape.label = "test";
+  shape.requests = {{6, 2}};
+  shape.data.logit_std = 4.0 / 3.0;
+  b = make_batch(s, shape, 35);
+  EXPECT_GT(max_diff(compute_reference(b).o, perturbed(b, Perturbation::softcap_no_tanh).o), 1e-2);
+}
+
+TEST(ReferencePerturbation, Fp8ScalesIgnoredDividesValuesByTheirScale) {
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  s.k_scale = 1.0f;  // keys untouched, so the softmax is the same
+  s.v_scale = 4.0f;
+  const Batch b = batch_of(s, {{6, 2}}, 36);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::fp8_scales_ignored);
+  for (size_t i = 0; i < ref.o.size(); ++i) EXPECT_NEAR(bug.o[i], ref.o[i] / 4.0, 1e-12);
+}
+
+TEST(ReferencePerturbation, GqaShiftReadsTheNextKvHead) {
+  const Batch b = batch_of(mha(4, 2, 16, 8), {{5, 1}}, 37);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::gqa_shifted);
+  // Swapping the two kv heads of heads (0, 1) and (2, 3) is the same as swapping their queries'
+  // kv groups: every row changes.
+  for (int h = 0; h < 4; ++h) EXPECT_NE(row_of(ref, 0, h), row_of(bug, 0, h)) << "head " << h;
+}
+
+TEST(ReferencePerturbation, AlibiDroppedAndCascadeBlockDropped) {
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.alibi = true;
+  Batch b = batch_of(s, {{9, 1}}, 38);
+  EXPECT_GT(max_diff(compute_reference(b).o, perturbed(b, Perturbation::alibi_dropped).o), 1e-3);
+  // Shared prefix of 8 (two blocks of 4): dropping keys 4..7 lowers every row's LSE.
+  b = batch_of(mha(2, 1, 16, 8), {{12, 1}, {9, 2}}, 39, 8);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::cascade_block_dropped);
+  for (size_t row = 0; row < ref.lse.size(); ++row) EXPECT_LT(bug.lse[row], ref.lse[row]);
+}
+
+TEST(ReferencePerturbation, NoneAndInapplicableLeaveTheOutputBitwise) {
+  const Batch b = batch_of(mha(2, 2, 16, 8), {{7, 3}}, 40);  // no window, chunk, cap, sinks, fp8
+  const ReferenceResult ref = compute_reference(b);
+  for (Perturbation p : {Perturbation::none, Perturbation::window_plus_one, Perturbation::local_chunk_minus_one,
+                         Perturbation::softcap_no_tanh, Perturbation::sinks_dropped, Perturbation::alibi_dropped,
+                         Perturbation::fp8_scales_ignored, Perturbation::cascade_block_dropped}) {
+    EXPECT_EQ(perturbed(b, p).o, ref.o) << to_string(p);
+  }
+}
+
 }  // namespace
 }  // namespace attn
