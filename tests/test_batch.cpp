@@ -400,5 +400,30 @@ TEST(BatchData, RegimeFollowsFeaturesAndKeys) {
             round_to(DType::bf16, 30.0f * gen_value(5, ValueTensor::q, 0, b.requests[0].context_len, 0, 0)));
 }
 
+TEST(BatchData, NormalValuesAndKOutlierChannels) {
+  AttentionSpec s = small_spec();
+  BatchShape shape = mixed_shape();
+  shape.data.normal = true;
+  shape.data.k_outlier_channels = 2;
+  shape.data.k_outlier_scale = 16.0;
+  const Batch b = make_batch(s, shape, 9);
+  const int D = s.head_size_qk, every = D / 2;
+  ASSERT_EQ(b.regime.k_outlier_every, static_cast<uint32_t>(every));
+  // Bell-shaped: same variance as the uniform (1/3), lighter tails than any uniform draw of the
+  // same spread would give, and outlier dims 16x larger in K only.
+  double var = 0, big = 0, rest = 0;
+  int n = 0, n_big = 0, n_rest = 0;
+  for (int pos = 0; pos < 60; ++pos)
+    for (int d = 0; d < D; ++d) {
+      const double v = b.v_input(0, pos, 0, d), k = b.k_input(0, pos, 0, d);
+      var += v * v;
+      ++n;
+      if (d % every == 0) big += k * k, ++n_big; else rest += k * k, ++n_rest;
+      EXPECT_EQ(k, round_to(DType::bf16, regime_value(b.regime, 9, ValueTensor::k, 0, pos, 0, d)));
+    }
+  EXPECT_NEAR(var / n, 1.0 / 3.0, 0.05);
+  EXPECT_NEAR(std::sqrt((big / n_big) / (rest / n_rest)), 16.0, 4.0);
+}
+
 }  // namespace
 }  // namespace attn

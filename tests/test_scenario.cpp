@@ -503,6 +503,8 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
       {"k_l2 below the floor", llama + kOneDecode + "[check]\nk_l2 = 0.5\n", {"bad.toml:8:", "check.k_l2 = 0.5", ">= 1"}},
       {"logit_std not positive", llama + kOneDecode + "[data]\nlogit_std = 0\n", {"bad.toml:8:", "data.logit_std = 0", "(0, 1000]"}},
       {"unknown data key", llama + kOneDecode + "[data]\nlogits_std = 2\n", {"bad.toml:8:", "logits_std"}},
+      {"unknown distribution", llama + kOneDecode + "[data]\ndistribution = \"cauchy\"\n", {"bad.toml:8:", "data.distribution", "cauchy"}},
+      {"outlier scale below 1", llama + kOneDecode + "[data]\nk_outlier_scale = 0.5\n", {"bad.toml:8:", "data.k_outlier_scale = 0.5", "[1, 10000]"}},
       {"missing trace file",
        llama + "[batch.trace]\nfile = \"no_such_trace.csv\"\n",
        {"bad.toml:4:", "batch.trace.file = \"no_such_trace.csv\"", "not found", "no_such_trace.csv"}},

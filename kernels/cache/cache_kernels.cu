@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) fill_cache_kernel(const FillCachePar
   const int64_t k_base = block * p.k_strides.block + offset * p.k_strides.slot;
   for (int i = threadIdx.x; i < p.num_kv_heads * p.head_size_k; i += blockDim.x) {
     const int h = i / p.head_size_k, d = i % p.head_size_k;
-    const float x = round_to_dev(p.model_dtype, gen_value(p.seed, kt, id, pos, h, d));
+    const float x = round_to_dev(p.model_dtype, regime_value(p.regime, p.seed, kt, id, pos, h, d));
     store_cache(p.cache_dtype, p.k_cache, k_base + h * p.k_strides.head + d, x, p.k_scale);
   }
   if (p.v_cache == nullptr) return;  // FlashMLA: V is a view of the latent entry
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) fill_cache_kernel(const FillCachePar
   const int64_t v_base = block * p.v_strides.block + offset * p.v_strides.slot;
   for (int i = threadIdx.x; i < p.num_kv_heads * p.head_size_v; i += blockDim.x) {
     const int h = i / p.head_size_v, d = i % p.head_size_v;
-    const float x = round_to_dev(p.model_dtype, gen_value(p.seed, vt, id, pos, h, d));
+    const float x = round_to_dev(p.model_dtype, regime_value(p.regime, p.seed, vt, id, pos, h, d));
     store_cache(p.cache_dtype, p.v_cache, v_base + h * p.v_strides.head + d, x, p.v_scale);
   }
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/dtype.hpp"
+#include "core/values.hpp"
 
 namespace attn {
 
@@ -78,7 +79,7 @@ struct CopyBlocksParams {
 
 // The device fill of a batch's cache (the device twin of fill_cache_host): every element NaN,
 // then each request's context tokens (pos < context_len) through its block table, with
-//   x = round_to(model_dtype, gen_value(seed, K|V|latent, req id, pos, head, d))
+//   x = round_to(model_dtype, regime_value(regime, seed, K|V|latent, req id, pos, head, d))
 //   stored = fp8 cache ? float_to_fp8(x / scale) : x rounded to the cache dtype
 // (MLA: the latent tensor, both halves scaled by k_scale).
 struct FillCacheParams {
@@ -97,6 +98,7 @@ struct FillCacheParams {
   int head_size_k = 0;             // MLA: 576
   int head_size_v = 0;             // MLA: unused
   uint64_t seed = 0;
+  ValueRegime regime;              // [data]: distribution and K outlier channels (core/values.hpp)
   float k_scale = 1.0f;            // MLA: the latent scale
   float v_scale = 1.0f;            // MLA: equal to k_scale (both halves hold the latent)
   DType model_dtype = DType::bf16;

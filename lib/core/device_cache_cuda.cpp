@@ -55,6 +55,7 @@ DeviceCacheFill::DeviceCacheFill(const Batch& b, const KvCacheLayout& layout)
   p.head_size_k = layout.head_size_k;
   p.head_size_v = layout.head_size_v;
   p.seed = b.seed;
+  p.regime = b.regime;
   p.k_scale = b.spec.k_scale;
   p.v_scale = mla ? b.spec.k_scale : b.spec.v_scale;  // one latent entry, one scale
   p.model_dtype = b.spec.dtype;

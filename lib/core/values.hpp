@@ -42,4 +42,30 @@ ATTN_HD float gen_value(uint64_t seed, ValueTensor t, uint32_t req, uint32_t pos
   return static_cast<float>(r) * (1.0f / 8388608.0f);
 }
 
+// A bell-shaped value of the same variance as gen_value's (1/3): the sum of four independent
+// 16-bit uniforms of one hash, times 2^-16 (Irwin-Hall, n = 4), exact in float on any side.
+ATTN_HD float gen_bell(uint64_t seed, ValueTensor t, uint32_t req, uint32_t pos, uint32_t head, uint32_t dim) {
+  uint64_t h = mix64(seed ^ (static_cast<uint64_t>(t) << 56) ^ 0x5bd1e995ull);
+  h = mix64(h ^ (static_cast<uint64_t>(req) << 32 | pos));
+  h = mix64(h ^ (static_cast<uint64_t>(head) << 32 | dim));
+  int32_t sum = 0;
+  for (int i = 0; i < 4; ++i) sum += static_cast<int32_t>(static_cast<uint32_t>(h >> (16 * i)) & 0xffffu) - 32768;
+  return static_cast<float>(sum) * (1.0f / 65536.0f);
+}
+
+// The value regime of a scenario's [data] section that the device cache fill must share with
+// the host generator (Q and the sinks are host-only and live in Batch).
+struct ValueRegime {
+  uint32_t bell = 0;             // 0: uniform in [-1, 1); 1: gen_bell (same variance)
+  uint32_t k_outlier_every = 0;  // K head dims d with d % k_outlier_every == 0 are outliers (0 = none)
+  float k_outlier_scale = 1.0f;  // ... and are multiplied by this
+};
+
+ATTN_HD float regime_value(const ValueRegime& r, uint64_t seed, ValueTensor t, uint32_t req, uint32_t pos,
+                           uint32_t head, uint32_t dim) {
+  float x = r.bell ? gen_bell(seed, t, req, pos, head, dim) : gen_value(seed, t, req, pos, head, dim);
+  if (t == ValueTensor::k && r.k_outlier_every != 0 && dim % r.k_outlier_every == 0) x *= r.k_outlier_scale;
+  return x;
+}
+
 }  // namespace attn

@@ -69,18 +69,18 @@ float max_abs_over_new_tokens(const std::vector<RequestShape>& reqs, int heads, 
 // id is the request's own (request_ids[req] when the batch was cut from a larger one).
 float Batch::q(int req, int pos, int head, int d) const {
   const uint32_t id = request_ids.empty() ? static_cast<uint32_t>(req) : request_ids[static_cast<size_t>(req)];
-  return round_to(spec.dtype, q_scale * gen_value(seed, ValueTensor::q, id,
+  return round_to(spec.dtype, q_scale * regime_value(regime, seed, ValueTensor::q, id,
                                                static_cast<uint32_t>(pos), static_cast<uint32_t>(head),
                                                static_cast<uint32_t>(d)));
 }
 
 float Batch::k_input(int req, int pos, int kv_head, int d) const {
-  return round_to(spec.dtype, gen_value(seed, ValueTensor::k, value_req(req, pos), static_cast<uint32_t>(pos),
+  return round_to(spec.dtype, regime_value(regime, seed, ValueTensor::k, value_req(req, pos), static_cast<uint32_t>(pos),
                                         static_cast<uint32_t>(kv_head), static_cast<uint32_t>(d)));
 }
 
 float Batch::v_input(int req, int pos, int kv_head, int d) const {
-  return round_to(spec.dtype, gen_value(seed, ValueTensor::v, value_req(req, pos), static_cast<uint32_t>(pos),
+  return round_to(spec.dtype, regime_value(regime, seed, ValueTensor::v, value_req(req, pos), static_cast<uint32_t>(pos),
                                         static_cast<uint32_t>(kv_head), static_cast<uint32_t>(d)));
 }
 
@@ -95,7 +95,7 @@ float Batch::v(int req, int pos, int kv_head, int d) const {
 }
 
 float Batch::latent_input(int req, int pos, int d) const {
-  return round_to(spec.dtype, gen_value(seed, ValueTensor::latent, value_req(req, pos), static_cast<uint32_t>(pos),
+  return round_to(spec.dtype, regime_value(regime, seed, ValueTensor::latent, value_req(req, pos), static_cast<uint32_t>(pos),
                                         0u, static_cast<uint32_t>(d)));
 }
 
@@ -130,6 +130,12 @@ namespace {
 void resolve_data(Batch& b, const DataConfig& d) {
   const AttentionSpec& s = b.spec;
   b.data = d;
+  b.regime.bell = d.normal ? 1u : 0u;
+  if (d.k_outlier_channels > 0) {
+    // Outliers spread evenly over the head: dims 0, every, 2 every, ...
+    b.regime.k_outlier_every = static_cast<uint32_t>(std::max(1, s.head_size_qk / d.k_outlier_channels));
+    b.regime.k_outlier_scale = static_cast<float>(d.k_outlier_scale);
+  }
   constexpr double kPlainStd = 4.0 / 3.0;
   double logit_std = kPlainStd;
   if (d.logit_std) {

@@ -22,6 +22,7 @@ struct Batch {
   // Value regime (make_batch resolves [data]): Q = q_scale * U[-1, 1), so the scaled scores have
   // std q_scale / 3 with U[-1, 1) keys; sink logit of head h = sink_centre + sink_spread * U.
   DataConfig data;  // as given; the resolved regime follows
+  ValueRegime regime;  // K/V (and latent) values, shared with the device cache fill
   float q_scale = 4.0f;
   float sink_centre = 0.0f, sink_spread = 2.0f;
 

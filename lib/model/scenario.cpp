@@ -621,7 +621,15 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
 
 void parse_data(const std::string& file, const toml::table* tbl, DataConfig& d) {
   if (tbl == nullptr) return;
-  const Section k(file, *tbl, "data", {"logit_std", "sink_logit"});
+  const Section k(file, *tbl, "data",
+                  {"logit_std", "sink_logit", "distribution", "k_outlier_channels", "k_outlier_scale"});
+  if (const auto f = k.choice("distribution", {"uniform", "normal"}, "unknown distribution")) d.normal = f->value == "normal";
+  if (const auto f = k.integer_in("k_outlier_channels", 0, "must be >= 0 (0 = none)", 4096))
+    d.k_outlier_channels = static_cast<int>(f->value);
+  if (const auto f = k.number("k_outlier_scale")) {
+    if (!(f->value >= 1.0 && f->value <= 1e4)) fail(file, f->where, "must be in [1, 10000]", "e.g. 8 or 20");
+    d.k_outlier_scale = f->value;
+  }
   if (const auto f = k.number("logit_std")) {
     if (!(f->value > 0.0 && f->value <= 1000.0)) fail(file, f->where, "must be in (0, 1000]", "e.g. 1.33 (the default) or 25");
     d.logit_std = f->value;

@@ -65,6 +65,9 @@ struct BatchConfig {
 struct DataConfig {
   std::optional<double> logit_std;   // std of the scaled raw scores q.k * scale
   std::optional<double> sink_logit;  // centre of the per-head sink logits
+  bool normal = false;               // distribution = "normal" (a bell of the uniform's variance)
+  int k_outlier_channels = 0;        // K head dims much larger than the rest (0 = none)
+  double k_outlier_scale = 8.0;      // ... by this factor
 };
 
 enum class CascadeMode { auto_, on, off };

@@ -275,6 +275,10 @@ Batch fill_batch(bool mla, DType dtype, DType cache, uint64_t seed) {
   shape.shared_prefix_len = 32;
   shape.block_allocation = BlockAllocation::shuffled;
   shape.num_blocks = 64;  // spare blocks stay NaN
+  // Every other case in the [data] regime of bell-shaped values with K outlier channels.
+  shape.data.normal = seed % 2 == 1;
+  shape.data.k_outlier_channels = seed % 2 == 1 ? 4 : 0;
+  shape.data.k_outlier_scale = 20.0;
   return make_batch(s, shape, seed);
 }
 
