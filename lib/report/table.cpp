@@ -2,6 +2,8 @@
 // reading; the CSV/JSON hold the exact values.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,7 @@ struct TableColumn {
   const char* header;
   bool right;  // numbers align right
 };
-constexpr std::array<TableColumn, 13> kTableColumns{{
+constexpr std::array<TableColumn, 14> kTableColumns{{
     {"scenario", false},
     {"backend", false},
     {"status", false},
@@ -28,6 +30,7 @@ constexpr std::array<TableColumn, 13> kTableColumns{{
     {"max_abs_err", true},
     {"rel_l2", true},
     {"x floor", true},
+    {"weakest feature", false},
     {"median_us", true},
     {"TFLOP/s", true},
     {"GB/s", true},
@@ -40,6 +43,29 @@ std::string cut(const std::string& s, size_t n) {
   std::replace(one_line.begin(), one_line.end(), '\n', ' ');
   if (one_line.size() <= n) return one_line;
   return one_line.substr(0, n - 3) + "...";
+}
+
+// The declared feature whose bug would move the output least, "soft_cap 6.5" (from the
+// `sensitivity` column, "name=value ..."); "-" when the batch declares none.
+std::string weakest_feature(const std::string& sensitivity) {
+  std::string best = "-";
+  double best_value = HUGE_VAL;
+  size_t start = 0;
+  while (start < sensitivity.size()) {
+    size_t end = sensitivity.find(' ', start);
+    if (end == std::string::npos) end = sensitivity.size();
+    const std::string item = sensitivity.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      const double v = std::strtod(item.c_str() + eq + 1, nullptr);
+      if (v < best_value) {
+        best_value = v;
+        best = fmt::format("{} {:.3g}", item.substr(0, eq), v);
+      }
+    }
+    start = end + 1;
+  }
+  return best;
 }
 
 std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
@@ -55,6 +81,7 @@ std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
       ran ? fmt::format("{:.2e}", r.max_abs_err) : "-",
       ran ? fmt::format("{:.2e}", r.rel_l2) : "-",
       ran && r.floor_rel_l2 > 0 ? fmt::format("{:.2f}", r.err_over_floor) : "-",
+      ran ? weakest_feature(r.sensitivity) : "-",
       timed ? fmt::format("{:.2f}", r.median_time_us) : "-",
       timed ? fmt::format(fmt::runtime(r.tflops >= 10 ? "{:.1f}" : "{:.3g}"), r.tflops) : "-",
       timed ? fmt::format(fmt::runtime(r.tb_per_sec >= 0.01 ? "{:.0f}" : "{:.3g}"), r.tb_per_sec * 1000.0) : "-",
