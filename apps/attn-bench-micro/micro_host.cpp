@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include "backends/flashmla/mla_metadata.hpp"
 #include "metadata/common.hpp"
 #include "model/batch.hpp"
 #include "model/scenario.hpp"
@@ -182,6 +183,22 @@ void BM_LocalAttentionVirtualBatches(benchmark::State& state) {
   state.counters["virtual_reqs"] = static_cast<double>(virtual_reqs);
 }
 BENCHMARK(BM_LocalAttentionVirtualBatches)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
+// FlashMLA's get_mla_metadata for a ragged decode batch (128 heads, q_len 1, 132 SMs): the
+// host half of the FLASHMLA backend's plan().
+void BM_GetMlaMetadata(benchmark::State& state) {
+  std::vector<int32_t> lens(static_cast<size_t>(state.range(0)));
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = static_cast<int32_t>(512 + (i * 7919) % 16384);
+  int parts = 0;
+  for (auto _ : state) {
+    const flashmla::MlaMetadata md = flashmla::get_mla_metadata(lens, 128, 1, 132);
+    benchmark::DoNotOptimize(md.tile_scheduler_metadata.data());
+    parts = md.num_parts;
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));  // requests scheduled
+  state.counters["parts"] = parts;
+}
+BENCHMARK(BM_GetMlaMetadata)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace attn
