@@ -3,8 +3,10 @@
 // of a serving engine (build, reorder, split, cascade decision) on a large mixed batch.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include "backends/flashinfer/fi_plan.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
 #include "metadata/common.hpp"
 #include "model/batch.hpp"
@@ -199,6 +202,52 @@ void BM_GetMlaMetadata(benchmark::State& state) {
   state.counters["parts"] = parts;
 }
 BENCHMARK(BM_GetMlaMetadata)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
+// A decode batch of n requests of 1k-17k keys, pages of 16.
+CommonAttentionMetadata decode_metadata(int n) {
+  CommonAttentionMetadata m;
+  m.num_reqs = n;
+  m.query_start_loc.resize(static_cast<size_t>(n) + 1);
+  std::iota(m.query_start_loc.begin(), m.query_start_loc.end(), 0);
+  for (int r = 0; r < n; ++r) m.seq_lens.push_back(1024 + (r * 7919) % 16384);
+  m.num_computed_tokens = m.seq_lens;
+  m.max_query_len = 1;
+  m.max_seq_len = *std::max_element(m.seq_lens.begin(), m.seq_lens.end());
+  m.max_blocks_per_req = (m.max_seq_len + 15) / 16;
+  m.block_table.resize(static_cast<size_t>(n) * m.max_blocks_per_req);
+  std::iota(m.block_table.begin(), m.block_table.end(), 1);
+  return m;
+}
+
+// FLASHINFER's metadata builder: the CSR page table of the batch (copies every page id once).
+void BM_FlashInferCsr(benchmark::State& state) {
+  const CommonAttentionMetadata m = decode_metadata(static_cast<int>(state.range(0)));
+  int64_t pages = 0;
+  for (auto _ : state) {
+    const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(m, 16);
+    benchmark::DoNotOptimize(md.decode.paged_kv_indices.data());
+    pages = static_cast<int64_t>(md.decode.paged_kv_indices.size());
+  }
+  state.SetBytesProcessed(state.iterations() * pages * 4);
+  state.counters["pages"] = static_cast<double>(pages);
+}
+BENCHMARK(BM_FlashInferCsr)->Arg(256)->Unit(benchmark::kMicrosecond);
+
+// FLASHINFER decode plan(): the split-KV schedule of that batch (8 kv heads, 2 x 132 resident
+// CTAs). Target (issue 8): < 20 us for 256 requests.
+void BM_FlashInferPlanDecode(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(decode_metadata(n), 16);
+  int work = 0;
+  for (auto _ : state) {
+    const flashinfer::DecodePlan p = flashinfer::plan_decode(md.decode, 8, 16, 2 * 132);
+    benchmark::DoNotOptimize(p.request_indices.data());
+    work = p.num_work();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["work_items"] = work;
+}
+BENCHMARK(BM_FlashInferPlanDecode)->Arg(256)->Arg(8)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace attn
