@@ -50,7 +50,7 @@ void time_with_events(benchmark::State& state, cudaStream_t stream, double bytes
 
 std::string no_device_reason() {
   std::string why;
-  return cuda_device_present(&why) ? std::string() : "no CUDA device: " + why;
+  return cuda_device_present(&why) ? std::string() : why;
 }
 
 // ---- reshape_and_cache_flash ------------------------------------------------------------------

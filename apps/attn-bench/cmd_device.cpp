@@ -15,7 +15,7 @@ namespace {
 int run_device(Format f) {
   std::string why;
   const std::optional<DeviceInfo> dev = query_device(&why);
-  if (!dev) throw RuntimeError("no CUDA device: " + why);
+  if (!dev) throw RuntimeError(why);
   const DeviceCeilings m = measure_device_ceilings();
   Table t{{"device", "cc", "sms", "l2_mb", "memory_gb", "copy_gb_per_sec", "bf16_tflops", "method"}, {}};
   t.rows.push_back({m.name, m.cc, std::to_string(m.num_sms), fmt::format("{:.0f}", m.l2_bytes / 1048576.0),

@@ -145,13 +145,22 @@ void Event::synchronize() const { ATTN_CUDA_CHECK(cudaEventSynchronize(e_)); }
 bool cuda_device_present(std::string* why) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
+  // Said plainly first, with the runtime's own error kept as the detail.
+  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
+    (void)cudaGetLastError();
+    if (why)
+      *why = std::string("no NVIDIA GPU or driver on this machine (") + cudaGetErrorName(err) + ": " +
+             cudaGetErrorString(err) + ")";
+    return false;
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why) *why = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+    if (why) *why = std::string("the CUDA runtime cannot use the GPU (") + cudaGetErrorName(err) + ": " +
+                    cudaGetErrorString(err) + ")";
     return false;
   }
   if (count == 0) {
-    if (why) *why = "no CUDA device found";
+    if (why) *why = "no NVIDIA GPU on this machine (the driver reports 0 CUDA devices)";
     return false;
   }
   return true;

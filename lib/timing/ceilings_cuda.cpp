@@ -65,7 +65,7 @@ std::vector<uint16_t> random_bf16(std::size_t n, uint32_t tensor_id) {
 
 DeviceCeilings measure_device_ceilings() {
   std::string why;
-  if (!cuda_device_present(&why)) throw RuntimeError("device ceilings: no CUDA device: " + why);
+  if (!cuda_device_present(&why)) throw RuntimeError("device ceilings: " + why);
   const DeviceInfo info = query_device_info();
   DeviceCeilings c;
   c.name = info.name;

@@ -72,7 +72,7 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
   if (opts.cold_l2) {
     std::string why;
     const std::optional<DeviceInfo> dev = query_device(&why);
-    if (!dev) throw RuntimeError("timing: no CUDA device: " + why);
+    if (!dev) throw RuntimeError("timing: " + why);
     flush = DeviceBuffer(std::max<std::size_t>(2 * dev->l2_bytes, std::size_t{1} << 20));
   }
 

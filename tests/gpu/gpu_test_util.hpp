@@ -12,7 +12,7 @@
   do {                                                                 \
     std::string attn_why_;                                             \
     if (!::attn::cuda_device_present(&attn_why_))                      \
-      GTEST_SKIP() << "no CUDA device: " << attn_why_;                 \
+      GTEST_SKIP() << attn_why_;                                       \
   } while (0)
 
 namespace attn::testing {

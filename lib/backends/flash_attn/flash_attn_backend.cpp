@@ -306,7 +306,7 @@ class FlashAttnBackend final : public Backend {
   }
   Support available() const override {
     std::string why;
-    if (!cuda_device_present(&why)) return Support::no("no CUDA device: " + why);
+    if (!cuda_device_present(&why)) return Support::no(why);
     return Support::yes();
   }
   Support supports(const AttentionSpec& spec, const Batch& /*batch*/) const override {
