@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "report/columns.hpp"
 #include "report/compare.hpp"
+#include "report/markdown.hpp"
 #include "report/results.hpp"
 
 namespace attn {
@@ -466,6 +467,43 @@ TEST(ReportStatus, NamesRoundTrip) {
     EXPECT_EQ(parse_row_status(to_string(s)), s);
   EXPECT_FALSE(parse_row_status("PASS"));
   EXPECT_FALSE(parse_row_status(""));
+}
+
+// ---- markdown ------------------------------------------------------------------------------
+
+TEST(ReportMarkdown, CountsTablesPerBackendAndRankings) {
+  ResultRow a = timed("decode_64x4k", "flash_attn", 398.0);
+  a.rel_l2 = 2.0e-3;
+  a.floor_rel_l2 = 1.66e-3;
+  a.err_over_floor = 1.2;
+  ResultRow b = timed("prefill_2x4k", "flash_attn", 860.0, "fail");
+  b.rel_l2 = 9e-3;
+  b.floor_rel_l2 = 1.6e-3;
+  b.err_over_floor = 5.6;
+  b.reason = "rel_l2 9e-3 > 1.6 x floor | see worst";
+  ResultRow c = timed("prefill_2x4k", "cpu", 0, "skipped");
+  c.reason = "too slow";
+  const std::string md = results_markdown({a, b, c}, 1);
+  EXPECT_NE(md.find("**3 rows: 1 pass, 1 fail, 1 skipped, 0 error**"), std::string::npos) << md;
+  EXPECT_NE(md.find("### flash_attn"), std::string::npos);
+  EXPECT_NE(md.find("### cpu"), std::string::npos);
+  EXPECT_NE(md.find("\\| see worst"), std::string::npos) << "a | in a reason must not split the cell";
+  EXPECT_NE(md.find("| prefill_2x4k | flash_attn | 860.00 us |"), std::string::npos) << md;  // slowest, top 1
+  EXPECT_NE(md.find("| prefill_2x4k | flash_attn | 5.60 x floor |"), std::string::npos) << md;  // least accurate
+  EXPECT_EQ(md.find("| decode_64x4k | flash_attn | 398.00 us |"), std::string::npos) << "only the top 1";
+  // Without a measured floor the ranking falls back to rel_l2.
+  a.floor_rel_l2 = 0;
+  EXPECT_NE(results_markdown({a}).find("rel_l2 2.00e-03"), std::string::npos);
+}
+
+TEST(ReportMarkdown, CompareVerdictThenChangedRows) {
+  const CompareReport r = compare_results({timed("s", "fa", 100), timed("t", "fa", 100)},
+                                          {timed("s", "fa", 120), timed("t", "fa", 101)});
+  const std::string md = compare_markdown(r);
+  EXPECT_EQ(md.rfind("**FAIL", 0), 0u) << md;
+  EXPECT_NE(md.find("| s | fa | 100.00 | 120.00 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| t | fa |"), std::string::npos) << "unchanged rows are left out";
+  EXPECT_NE(compare_markdown(r, true).find("| t | fa |"), std::string::npos);
 }
 
 }  // namespace

@@ -142,8 +142,11 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
   return rep;
 }
 
-std::string format_compare(const CompareReport& report) {
-  const std::vector<std::string> headers{"scenario", "backend", "base_us", "new_us", "change", "status", "verdict"};
+std::vector<std::string> compare_headers() {
+  return {"scenario", "backend", "base_us", "new_us", "change", "status", "verdict"};
+}
+
+std::vector<std::vector<std::string>> compare_cells(const CompareReport& report) {
   std::vector<std::vector<std::string>> cells;
   for (const CompareRow& c : report.rows) {
     auto time = [](double us) { return us > 0 ? fmt::format("{:.2f}", us) : std::string("-"); };
@@ -156,6 +159,12 @@ std::string format_compare(const CompareReport& report) {
     cells.push_back({c.scenario, c.backend, time(c.base_median_us), time(c.new_median_us),
                      c.ratio > 0 ? percent(c.slowdown) : "-", status, verdict});
   }
+  return cells;
+}
+
+std::string format_compare(const CompareReport& report) {
+  const std::vector<std::string> headers = compare_headers();
+  const std::vector<std::vector<std::string>> cells = compare_cells(report);
   std::vector<size_t> width(headers.size());
   for (size_t i = 0; i < headers.size(); ++i) {
     width[i] = headers[i].size();

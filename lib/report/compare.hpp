@@ -52,5 +52,8 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
                               const CompareOptions& opts = {});
 // The report as an aligned table followed by the verdict line.
 std::string format_compare(const CompareReport& report);
+// The same table's header and cells (format_compare and the markdown form share them).
+std::vector<std::string> compare_headers();
+std::vector<std::vector<std::string>> compare_cells(const CompareReport& report);
 
 }  // namespace attn

@@ -1,0 +1,111 @@
+#include "report/markdown.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace attn {
+
+namespace {
+
+std::string cell(std::string s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|') out += "\\|";
+    else if (ch == '\n' || ch == '\r') out += ' ';
+    else out += ch;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+
+bool checked(const ResultRow& r) { return r.status == "pass" || r.status == "fail"; }
+bool timed(const ResultRow& r) { return checked(r) && r.samples > 0 && r.median_time_us > 0; }
+
+// The accuracy figure a reader compares: x floor where the floor was measured, else rel_l2.
+double accuracy_key(const ResultRow& r) { return r.floor_rel_l2 > 0 ? r.err_over_floor : r.rel_l2; }
+std::string accuracy_text(const ResultRow& r) {
+  return r.floor_rel_l2 > 0 ? fmt::format("{:.2f} x floor", r.err_over_floor) : fmt::format("rel_l2 {:.2e}", r.rel_l2);
+}
+
+std::string time_text(const ResultRow& r) { return timed(r) ? fmt::format("{:.2f}", r.median_time_us) : "-"; }
+
+}  // namespace
+
+std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
+                           const std::vector<bool>& right) {
+  std::string out = "|";
+  for (const std::string& h : headers) out += " " + cell(h) + " |";
+  out += "\n|";
+  for (size_t i = 0; i < headers.size(); ++i) out += i < right.size() && right[i] ? "---:|" : "---|";
+  out += "\n";
+  for (const auto& row : rows) {
+    out += "|";
+    for (const std::string& c : row) out += " " + cell(c) + " |";
+    out += "\n";
+  }
+  return out;
+}
+
+std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
+  std::map<std::string, int> count;
+  for (const ResultRow& r : rows) ++count[r.status];
+  std::string out = "## attn-bench results\n\n";
+  out += fmt::format("**{} rows: {} pass, {} fail, {} skipped, {} error**", rows.size(), count["pass"], count["fail"],
+                     count["skipped"], count["error"]);
+  if (!rows.empty()) out += fmt::format(" · {} · {}", rows.front().build, rows.front().device);
+  out += "\n";
+
+  std::vector<std::string> backends;
+  for (const ResultRow& r : rows)
+    if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+  for (const std::string& be : backends) {
+    std::vector<std::vector<std::string>> t;
+    for (const ResultRow& r : rows) {
+      if (r.backend != be) continue;
+      const double peak = std::max(r.pct_peak_bw, r.pct_peak_flops);
+      t.push_back({r.scenario, r.status, checked(r) ? accuracy_text(r) : "-", time_text(r),
+                   timed(r) ? fmt::format("{:.1f}", r.tflops) : "-",
+                   timed(r) ? fmt::format("{:.0f}", r.tb_per_sec * 1000.0) : "-",
+                   timed(r) && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-", cut(r.reason, 80)});
+    }
+    out += fmt::format("\n### {}\n\n", be);
+    out += markdown_table({"scenario", "status", "accuracy", "median us", "TFLOP/s", "GB/s", "% peak", "reason"}, t,
+                          {false, false, true, true, true, true, true, false});
+  }
+
+  std::vector<const ResultRow*> slow, inaccurate;
+  for (const ResultRow& r : rows) {
+    if (timed(r)) slow.push_back(&r);
+    if (checked(r)) inaccurate.push_back(&r);
+  }
+  const size_t n = static_cast<size_t>(std::max(top, 0));
+  std::stable_sort(slow.begin(), slow.end(), [](auto* a, auto* b) { return a->median_time_us > b->median_time_us; });
+  std::stable_sort(inaccurate.begin(), inaccurate.end(),
+                   [](auto* a, auto* b) { return accuracy_key(*a) > accuracy_key(*b); });
+  auto listing = [&](const char* title, const std::vector<const ResultRow*>& list, auto figure) {
+    if (list.empty() || n == 0) return;
+    out += fmt::format("\n### {}\n\n", title);
+    std::vector<std::vector<std::string>> t;
+    for (size_t i = 0; i < std::min(n, list.size()); ++i)
+      t.push_back({list[i]->scenario, list[i]->backend, figure(*list[i])});
+    out += markdown_table({"scenario", "backend", "figure"}, t, {false, false, true});
+  };
+  listing("Slowest", slow, [](const ResultRow& r) { return fmt::format("{} us", time_text(r)); });
+  listing("Least accurate", inaccurate, [](const ResultRow& r) { return accuracy_text(r); });
+  return out;
+}
+
+std::string compare_markdown(const CompareReport& report, bool all_rows) {
+  std::string out = fmt::format("**{}**\n\n", report.verdict);
+  const std::vector<std::vector<std::string>> cells = compare_cells(report);
+  std::vector<std::vector<std::string>> shown;
+  for (size_t i = 0; i < report.rows.size(); ++i)
+    if (all_rows || report.rows[i].change != CompareChange::same) shown.push_back(cells[i]);
+  if (shown.empty()) return out + fmt::format("No row changed beyond {:.1f}%.\n", report.max_slowdown * 100);
+  return out + markdown_table(compare_headers(), shown, {false, false, true, true, true, false, false});
+}
+
+}  // namespace attn

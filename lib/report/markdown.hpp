@@ -1,0 +1,24 @@
+#pragma once
+// Markdown summaries for pull-request comments and CI job summaries: `attn-bench report
+// markdown results.csv` and `attn-bench report compare --format markdown`.
+#include <string>
+#include <vector>
+
+#include "report/compare.hpp"
+#include "report/results.hpp"
+
+namespace attn {
+
+// A GitHub-flavoured table; `right[i]` aligns column i right (numbers). Cells are escaped
+// (`|` and line breaks), so any reason text is safe.
+std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
+                           const std::vector<bool>& right);
+
+// Pass/fail counts, one compact table per backend, then the `top` slowest and least accurate
+// (err_over_floor where measured, else rel_l2) checked rows.
+std::string results_markdown(const std::vector<ResultRow>& rows, int top = 5);
+
+// The compare verdict first (bold), then the rows that changed (or all, with `all_rows`).
+std::string compare_markdown(const CompareReport& report, bool all_rows = false);
+
+}  // namespace attn
