@@ -18,6 +18,7 @@
 #include "report/columns.hpp"
 #include "report/compare.hpp"
 #include "report/markdown.hpp"
+#include "report/merge.hpp"
 #include "report/results.hpp"
 
 namespace attn {
@@ -504,6 +505,46 @@ TEST(ReportMarkdown, CompareVerdictThenChangedRows) {
   EXPECT_NE(md.find("| s | fa | 100.00 | 120.00 |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| t | fa |"), std::string::npos) << "unchanged rows are left out";
   EXPECT_NE(compare_markdown(r, true).find("| t | fa |"), std::string::npos);
+}
+
+// ---- merge -----------------------------------------------------------------------------------
+
+TEST(ReportMerge, ShardsInOrderRefusingMixesAndDuplicates) {
+  auto row = [](const std::string& s, const std::string& be, const std::string& dev, const std::string& build) {
+    ResultRow r = timed(s, be, 10);
+    r.device = dev;
+    r.build = build;
+    return r;
+  };
+  const MergeInput a{"a.csv", {row("s1", "flash_attn", "H100", "b1"), row("s1", "cpu", "host cpu", "b1")}};
+  const MergeInput b{"b.csv", {row("s2", "flash_attn", "H100", "b1")}};
+  const std::vector<ResultRow> merged = merge_results({a, b});
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[2].scenario, "s2");
+
+  const MergeInput other_gpu{"c.csv", {row("s3", "flash_attn", "H200", "b1")}};
+  try {
+    merge_results({a, other_gpu});
+    ADD_FAILURE() << "mixed devices merged";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("c.csv"), std::string::npos) << m;
+    EXPECT_NE(m.find("H200"), std::string::npos) << m;
+    EXPECT_NE(m.find("--allow-mixed"), std::string::npos) << m;
+  }
+  EXPECT_THROW(merge_results({a, {"d.csv", {row("s4", "cpu", "host cpu", "b2")}}}), InputError);  // other build
+  MergeOptions mixed;
+  mixed.allow_mixed = true;
+  EXPECT_EQ(merge_results({a, other_gpu}, mixed).size(), 3u);
+
+  MergeInput again{"e.csv", {row("s1", "flash_attn", "H100", "b1")}};
+  again.rows[0].median_time_us = 99;
+  EXPECT_THROW(merge_results({a, again}), InputError);
+  MergeOptions dup;
+  dup.allow_duplicates = true;
+  const std::vector<ResultRow> last = merge_results({a, again}, dup);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].median_time_us, 99);  // the last one wins, in the first one's place
 }
 
 }  // namespace

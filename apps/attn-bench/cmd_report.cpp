@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "report/compare.hpp"
 #include "report/markdown.hpp"
+#include "report/merge.hpp"
 #include "report/results.hpp"
 
 namespace attn::cli {
@@ -45,6 +46,28 @@ struct MarkdownArgs {
   std::string output;
 };
 
+struct MergeArgs {
+  std::vector<std::string> inputs;
+  std::string output;
+  bool allow_mixed = false, allow_duplicates = false;
+};
+
+int run_merge(const MergeArgs& a) {
+  std::vector<MergeInput> inputs;
+  for (const std::string& p : a.inputs) inputs.push_back({p, read_csv(p)});
+  MergeOptions opts;
+  opts.allow_mixed = a.allow_mixed;
+  opts.allow_duplicates = a.allow_duplicates;
+  const std::vector<ResultRow> rows = merge_results(inputs, opts);
+  if (a.output.size() >= 5 && a.output.compare(a.output.size() - 5, 5, ".json") == 0) {
+    write_json(a.output, rows);
+  } else {
+    write_csv(a.output, rows);
+  }
+  fmt::print(stderr, "wrote {} rows from {} files to {}\n", rows.size(), inputs.size(), a.output);
+  return kExitOk;
+}
+
 int run_markdown(const MarkdownArgs& a) {
   emit(results_markdown(read_csv(a.results), a.top), a.output);
   return kExitOk;
@@ -73,6 +96,14 @@ void add_report(CLI::App& app, Commands& c) {
   md->add_option("--top", m->top, "Rows in the slowest / least accurate lists")->check(CLI::NonNegativeNumber);
   md->add_option("-o,--output", m->output, "Write the markdown here (atomically) instead of stdout");
   md->callback([&c, m] { c.selected = [m] { return run_markdown(*m); }; });
+
+  auto* mg = report->add_subcommand("merge", "One results file from the shards of a run (several processes, GPUs or nodes)");
+  auto g = std::make_shared<MergeArgs>();
+  mg->add_option("inputs", g->inputs, "Results CSVs, in order")->required()->check(CLI::ExistingFile);
+  mg->add_option("-o,--output", g->output, "Merged results (.csv or .json), written atomically")->required();
+  mg->add_flag("--allow-mixed", g->allow_mixed, "Merge rows of different builds or devices");
+  mg->add_flag("--allow-duplicates", g->allow_duplicates, "A (scenario, backend) in several files: keep the last");
+  mg->callback([&c, g] { c.selected = [g] { return run_merge(*g); }; });
 }
 
 }  // namespace attn::cli
