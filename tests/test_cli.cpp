@@ -1,12 +1,17 @@
 // End-to-end checks of the attn-bench executable: exit codes, error messages, output files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "report/results.hpp"
 
 namespace fs = std::filesystem;
 
@@ -165,3 +170,80 @@ TEST_F(CliTest, CompareFailsOnSlowdown) {
 }
 
 }  // namespace
+
+namespace attn {
+namespace {
+
+// A sweep killed part-way and resumed holds exactly the cases of an uninterrupted one; four
+// shards merged hold them too.
+TEST(CliSweep, ResumeAndShardsGiveTheWholeSweep) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attn_sweep_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string sweep = scenario("sweeps/cpu_quick.toml"), whole = (dir / "whole.csv").string();
+  Result r = run_cli("sweep " + sweep + " -q --validate-only -o " + whole);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<ResultRow> all = read_csv(whole);
+  ASSERT_EQ(all.size(), 24u);
+  std::set<std::string> names;
+  for (const ResultRow& row : all) names.insert(row.scenario);
+  EXPECT_EQ(names.size(), 24u);
+
+  // "Killed" after 10 cases: the first 10 rows, then --resume.
+  const std::string part = (dir / "part.csv").string();
+  write_csv(part, std::vector<ResultRow>(all.begin(), all.begin() + 10));
+  r = run_cli("sweep " + sweep + " -q --validate-only -o " + part);
+  EXPECT_EQ(r.code, 2) << "an existing output without --resume is refused: " << r.output;
+  r = run_cli("sweep " + sweep + " --validate-only --resume -o " + part);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("10 of 24 cases already"), std::string::npos) << r.output;
+  std::vector<ResultRow> resumed = read_csv(part);
+  ASSERT_EQ(resumed.size(), 24u);
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i].scenario, all[i].scenario);
+
+  std::string shards;
+  for (int i = 0; i < 4; ++i) {
+    const std::string out = (dir / ("shard" + std::to_string(i) + ".csv")).string();
+    r = run_cli("sweep " + sweep + " -q --validate-only --shard " + std::to_string(i) + "/4 -o " + out);
+    ASSERT_EQ(r.code, 0) << r.output;
+    shards += " " + out;
+  }
+  const std::string merged = (dir / "merged.csv").string();
+  r = run_cli("report merge" + shards + " -o " + merged);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::set<std::string> merged_names;
+  for (const ResultRow& row : read_csv(merged)) {
+    merged_names.insert(row.scenario);
+    EXPECT_EQ(row.status, "pass") << row.scenario;
+  }
+  EXPECT_EQ(merged_names, names);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliSweep, BadSweepFilesNameFileLineAndKey) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attn_badsweep_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const struct {
+    const char* text;
+    std::vector<std::string> expect;
+  } cases[] = {
+      {"[base]\npreset = \"llama3-8b\"\n[axes]\nnum_request = [1]\n", {"bad.toml:4:", "axes.num_request", "unknown axis"}},
+      {"[base]\npreset = \"llama3-8b\"\n[axes]\ncontext_len = []\n", {"bad.toml:4:", "axes.context_len", "non-empty"}},
+      {"[base]\npreset = \"llama3-8b\"\n[axes]\nquery_len = [0]\n", {"bad.toml:4:", "axes.query_len", ">= 1"}},
+      {"[axes]\ncontext_len = [16]\n", {"base.preset", "no model"}},
+      {"[base]\npreset = \"llama3-8b\"\n[axes]\nkv_cache_dtype = [\"auto\", \"fp9\"]\n", {"invalid case", "kv=fp9", "fp9"}},
+      {"[base]\npreset = \"llama3-8b\"\n[axes]\nbackend = [\"cpu\", \"cpu\"]\n", {"bad.toml:4:", "repeats the value cpu"}},
+      {"sed = 1\n[axes]\n", {"bad.toml:1:", "sed", "unknown key"}},
+  };
+  for (const auto& c : cases) {
+    const std::string path = (dir / "bad.toml").string();
+    std::ofstream(path) << c.text;
+    const Result r = run_cli("sweep " + path + " --list");
+    EXPECT_EQ(r.code, 2) << c.text << r.output;
+    for (const std::string& e : c.expect) EXPECT_NE(r.output.find(e), std::string::npos) << e << " in " << r.output;
+  }
+  EXPECT_EQ(run_cli("sweep " + scenario("sweeps/cpu_quick.toml") + " --list --shard 4/4").code, 2);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attn

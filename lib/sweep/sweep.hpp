@@ -1,0 +1,35 @@
+#pragma once
+// Sweeps (docs/SCENARIOS.md, "Sweep files"): a base model plus axes whose cross product is a
+// deterministic, named list of cases. Each case is an ordinary scenario (written as scenario
+// TOML and read back through parse_scenario, so it obeys every scenario rule), run by the same
+// pipeline as `attn-bench run`; a sweep can be cut into cost-balanced shards and resumed.
+#include <string>
+#include <vector>
+
+#include "model/scenario.hpp"
+
+namespace attn {
+
+struct SweepCase {
+  std::string name;      // unique in the sweep; the `scenario` column of its result rows
+  Scenario scenario;
+  double cost = 0;       // estimated work (FLOPs + bytes) for balancing shards
+};
+
+struct Sweep {
+  std::string file, name, description;
+  std::vector<SweepCase> cases;  // axis order: the last axis varies fastest
+};
+
+// InputError naming file, line, key and value for a malformed sweep or a case that breaks a
+// scenario rule.
+Sweep load_sweep(const std::string& path);
+Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir = ".");
+
+// The cases of shard `index` (0-based) of `count`: longest-processing-time-first over the
+// estimated costs, so shards carry about equal work; deterministic, disjoint, complete.
+std::vector<size_t> shard_cases(const Sweep& s, int index, int count);
+// "I/N" with 0 <= I < N -> (I, N); InputError otherwise.
+std::pair<int, int> parse_shard(const std::string& text);
+
+}  // namespace attn
