@@ -216,6 +216,15 @@ TEST(CliSweep, ResumeAndShardsGiveTheWholeSweep) {
     EXPECT_EQ(row.status, "pass") << row.scenario;
   }
   EXPECT_EQ(merged_names, names);
+
+  // One process per "GPU" (the cpu backend ignores the device), merged by the parent.
+  const std::string on_devices = (dir / "devices.csv").string();
+  r = run_cli("sweep " + sweep + " -q --validate-only --devices 0,1,2 -o " + on_devices);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::set<std::string> device_names;
+  for (const ResultRow& row : read_csv(on_devices)) device_names.insert(row.scenario);
+  EXPECT_EQ(device_names, names);
+  EXPECT_TRUE(std::filesystem::exists(dir / "devices.shard2.csv"));
   std::filesystem::remove_all(dir);
 }
 
