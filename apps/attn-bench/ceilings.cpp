@@ -25,4 +25,11 @@ Ceilings device_ceilings() {
   return c;
 }
 
+void apply_device_ceilings(PipelineOptions& opts) {
+  const Ceilings c = device_ceilings();
+  opts.peak_bandwidth_gbs = c.copy_gbs;
+  opts.peak_tflops = c.bf16_tflops;
+  opts.device_name = c.device;
+}
+
 }  // namespace attn::cli

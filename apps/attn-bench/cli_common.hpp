@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/scenario.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace attn::cli {
 
@@ -32,6 +33,8 @@ struct Ceilings {
   std::string note;  // why unknown
 };
 Ceilings device_ceilings();
+// The measured ceilings (and device name) into the options of a timed pipeline run.
+void apply_device_ceilings(PipelineOptions& opts);
 
 }  // namespace attn::cli
 

@@ -91,12 +91,7 @@ int run_verb(const RunArgs& a) {
     };
 
   const auto registry = make_registry();
-  if (opts.time) {
-    const Ceilings c = device_ceilings();
-    opts.peak_bandwidth_gbs = c.copy_gbs;
-    opts.peak_tflops = c.bf16_tflops;
-    opts.device_name = c.device;
-  }
+  if (opts.time) apply_device_ceilings(opts);
 
   std::vector<ResultRow> rows;
   std::vector<DiffEntry> diffs;

@@ -130,12 +130,7 @@ int run_sweep(const SweepArgs& a) {
   opts.time = !a.validate_only;
   opts.check_sample = a.check_sample;
   const auto registry = make_registry();
-  if (opts.time) {
-    const Ceilings c = device_ceilings();
-    opts.peak_bandwidth_gbs = c.copy_gbs;
-    opts.peak_tflops = c.bf16_tflops;
-    opts.device_name = c.device;
-  }
+  if (opts.time) apply_device_ceilings(opts);
 
   std::vector<size_t> todo;
   for (size_t i : mine)
