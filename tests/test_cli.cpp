@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -251,6 +252,39 @@ TEST(CliSweep, BadSweepFilesNameFileLineAndKey) {
     for (const std::string& e : c.expect) EXPECT_NE(r.output.find(e), std::string::npos) << e << " in " << r.output;
   }
   EXPECT_EQ(run_cli("sweep " + scenario("sweeps/cpu_quick.toml") + " --list --shard 4/4").code, 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliPlot, FourFiguresInPngAndSvgWithTheirSeries) {
+  if (std::system(ATTN_TEST_PLOT_PYTHON " -c 'import matplotlib' 2>/dev/null") != 0)
+    GTEST_SKIP() << ATTN_TEST_PLOT_PYTHON << " has no matplotlib (Debian's python3-matplotlib; scripts/setup.sh installs it)";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attn_plot_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string csv = (dir / "sweep.csv").string();
+  Result r = run_cli("sweep " + scenario("sweeps/cpu_quick.toml") + " -q --iterations 1 --warmup 0 -o " + csv);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_cli("report plot " + csv + " --out " + (dir / "fig").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* name : {"throughput", "roofline", "speedup", "accuracy"}) {
+    for (const char* ext : {".png", ".svg"}) {
+      const std::filesystem::path f = dir / "fig" / (std::string(name) + ext);
+      ASSERT_TRUE(std::filesystem::exists(f)) << f;
+      EXPECT_GT(std::filesystem::file_size(f), 5000u) << f;
+    }
+  }
+  auto text = [&](const char* name) {
+    std::ifstream in(dir / "fig" / (std::string(name) + ".svg"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const char* series : {"cpu, 1 requests", "cpu, 4 requests", "cpu, 8 requests"})
+    EXPECT_NE(text("throughput").find(series), std::string::npos) << series;
+  EXPECT_NE(text("accuracy").find("1.6 x floor"), std::string::npos);
+  EXPECT_NE(text("roofline").find("arithmetic intensity"), std::string::npos);
+  // Not a results file: an input error, and no figures.
+  const std::string bad = (dir / "bad.csv").string();
+  std::ofstream(bad) << "a,b\n1,2\n";
+  EXPECT_EQ(run_cli("report plot " + bad + " --out " + (dir / "none").string()).code, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir / "none"));
   std::filesystem::remove_all(dir);
 }
 

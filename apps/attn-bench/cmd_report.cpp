@@ -1,6 +1,9 @@
 // `attn-bench report compare BASE.csv NEW.csv --max-slowdown 5%`: the regression gate;
-// `attn-bench report markdown results.csv`: a summary for pull requests and CI job pages.
+// `attn-bench report markdown results.csv`: a summary for pull requests and CI job pages;
+// `attn-bench report plot results.csv --out DIR`: the figures of scripts/plot.py.
 #include <fmt/format.h>
+
+#include <cstdlib>
 #include <memory>
 
 #include "cli_common.hpp"
@@ -68,6 +71,29 @@ int run_merge(const MergeArgs& a) {
   return kExitOk;
 }
 
+struct PlotArgs {
+  std::string results, out, baseline;
+};
+
+// Single-quoted for /bin/sh: every ' becomes '\''.
+std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+int run_plot(const PlotArgs& a) {
+  read_csv(a.results);  // a malformed file is an input error named here, before Python starts
+  std::string cmd = sh_quote(ATTN_PLOT_PYTHON) + " " + sh_quote(ATTN_PLOT_SCRIPT) + " " + sh_quote(a.results) +
+                    " --out " + sh_quote(a.out);
+  if (!a.baseline.empty()) cmd += " --baseline " + sh_quote(a.baseline);
+  const int status = std::system(cmd.c_str());
+  if (status != 0)
+    throw RuntimeError(fmt::format("report plot: {} failed (status {}); it needs Debian's python3-matplotlib "
+                                   "(scripts/setup.sh installs it)", ATTN_PLOT_SCRIPT, status));
+  return kExitOk;
+}
+
 int run_markdown(const MarkdownArgs& a) {
   emit(results_markdown(read_csv(a.results), a.top), a.output);
   return kExitOk;
@@ -96,6 +122,14 @@ void add_report(CLI::App& app, Commands& c) {
   md->add_option("--top", m->top, "Rows in the slowest / least accurate lists")->check(CLI::NonNegativeNumber);
   md->add_option("-o,--output", m->output, "Write the markdown here (atomically) instead of stdout");
   md->callback([&c, m] { c.selected = [m] { return run_markdown(*m); }; });
+
+  auto* pl = report->add_subcommand(
+      "plot", "Figures of a results CSV (PNG + SVG): throughput vs context, roofline, speedup, accuracy");
+  auto p = std::make_shared<PlotArgs>();
+  pl->add_option("results", p->results, "Results CSV (from run, validate or sweep)")->required()->check(CLI::ExistingFile);
+  pl->add_option("--out", p->out, "Folder for the figures (created if missing)")->required();
+  pl->add_option("--baseline", p->baseline, "Backend the speedups are taken over (default: the first timed one)");
+  pl->callback([&c, p] { c.selected = [p] { return run_plot(*p); }; });
 
   auto* mg = report->add_subcommand("merge", "One results file from the shards of a run (several processes, GPUs or nodes)");
   auto g = std::make_shared<MergeArgs>();
