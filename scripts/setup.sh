@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ ccache git
       libcli11-dev libfmt-dev libtomlplusplus-dev libeigen3-dev
       libbenchmark-dev libgtest-dev libgmock-dev libfccp-dev
-      python3 python3-matplotlib)
+      python3 python3-matplotlib slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
