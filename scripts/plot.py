@@ -157,6 +157,7 @@ def accuracy(rows, out):
         ax.set_ylabel("rel_l2")
     ax.set_xticks(range(len(backends)))
     ax.set_xticklabels(backends)
+    ax.set_xlim(-0.6, len(backends) - 0.4)  # one narrow strip of points per backend
     ax.set_title("accuracy per backend (each point a checked case)")
     ax.grid(True, axis="y", alpha=0.3)
     if backends:
