@@ -163,10 +163,6 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.mla = sp.use_mla;
 }
 
-}  // namespace
-
-namespace {
-
 // The features a batch declares, each with the perturbation a typical bug of it amounts to
 // (docs/DESIGN.md, "Sensitivity"). Causal counts only where some request has more than one
 // query token: a decode's last key is its own, so a causal off-by-one cannot show there.
