@@ -84,8 +84,10 @@ void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStr
     merge_attn_states_kernel<__half><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
   } else if (out_dtype == DType::bf16) {
     merge_attn_states_kernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+  } else if (out_dtype == DType::f32) {
+    merge_attn_states_kernel<float><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
   } else {
-    throw RuntimeError("launch_merge_attn_states: output dtype must be fp16 or bf16");
+    throw RuntimeError("launch_merge_attn_states: output dtype must be fp16, bf16 or fp32");
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

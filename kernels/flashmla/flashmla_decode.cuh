@@ -1,16 +1,17 @@
 #pragma once
 // FLASHMLA split-KV decode (mma.sync version, sm_80+ PTX; see flashmla_params.hpp for the data
-// layout). One CTA = one 64-row m_block x one scheduler partition; it walks the partition's
+// layout). One CTA = one m_block of up to 64 packed rows x one scheduler partition; it walks the partition's
 // (request, key range) pieces. Per 64-key tile the 576-wide K rows are staged once in shared
 // memory and serve both products: S = Q·K^T over all 576 columns and O += P·V with V = the
 // first 512 columns of the same rows.
 //
-// Warps: 8 = 4 row groups (16 packed rows each) x 2 column halves. For S, warp (wm, wn) takes
-// rows 16wm.. and keys 32wn.. of the tile; the two halves of a row group exchange their row
-// maxima through shared memory and write P (16-bit) there, so that each warp can multiply its
-// 16 rows of P by all 64 keys of V for its 256 of the 512 output columns (16 x 256 fp32
-// accumulators = 128 registers per thread). Row groups with no valid packed row (16 heads:
-// rows 16..63 are padding) skip their MMAs.
+// Warps: 8 = kWarpsM row groups (16 packed rows each) x kWarpsN = 8 / kWarpsM column groups.
+// For S, warp (wm, wn) takes rows 16wm.. and keys 64/kWarpsN x wn.. of the tile; the column
+// groups of a row exchange their row maxima through shared memory and write P (16-bit) there, so
+// that each warp multiplies its 16 rows of P by all 64 keys of V for its 512/kWarpsN output
+// columns. kWarpsM follows the packed rows of a request: 16 heads x q_len 1 take one row group
+// (all 8 warps busy on 16 rows, 16 x 64 fp32 accumulators each) instead of padding to 64 rows;
+// 128 heads take 4 row groups of 64 rows (16 x 256 accumulators, 128 registers per thread).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,12 +27,13 @@ namespace attn::mla {
 
 using namespace attn::kern;
 
+template <int kWarpsM_>
 struct DecodeTraits {
   static constexpr int kHeadDimK = kFlashMlaHeadDimK;
   static constexpr int kHeadDimV = kFlashMlaHeadDimV;
-  static constexpr int kBlockM = kFlashMlaBlockM;
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = 8 / kWarpsM;
+  static constexpr int kBlockM = 16 * kWarpsM;  // packed rows per CTA (<= kFlashMlaBlockM)
   static constexpr int kBlockN = kFlashMlaBlockN;
-  static constexpr int kWarpsM = 4, kWarpsN = 2;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kWarpKeys = kBlockN / kWarpsN;        // S columns per warp
   static constexpr int kWarpCols = kHeadDimV / kWarpsN;      // O columns per warp
@@ -40,26 +42,28 @@ struct DecodeTraits {
   // Q, K rows and P rows are XOR-swizzled by 16-byte chunk (chunk ^ (row & 7)): a row is a
   // multiple of 128 bytes, so the 8 rows one ldmatrix reads hit 8 different bank groups. Padding
   // the rows instead would not fit: Q + 2 K stages already take 221 KB of the 227 KB.
-  static constexpr int kTileElems = kBlockM * kHeadDimK;     // Q tile = K tile (64 x 576)
+  static constexpr int kQElems = kBlockM * kHeadDimK;
+  static constexpr int kKElems = kBlockN * kHeadDimK;
   static constexpr int kPElems = kBlockM * kBlockN;
-  static constexpr int kSmemBytes = (kTileElems * (1 + kStages) + kPElems) * 2 + 2 * 2 * kBlockM * 4;
-  static_assert(kBlockM == kBlockN && kChunks % 8 == 0, "tile shape");
+  // Q + kStages K tiles + P + row maxima and sums of every column group.
+  static constexpr int kSmemBytes = (kQElems + kStages * kKElems + kPElems) * 2 + 2 * kWarpsN * kBlockM * 4;
+  static_assert(kBlockM <= kFlashMlaBlockM && kWarpKeys % 8 == 0 && kChunks % 8 == 0, "tile shape");
 };
 
 // Element offset of (row, 16-byte chunk) in a swizzled row-major tile with `chunks` chunks per row.
 __device__ __forceinline__ int swz(int row, int chunk, int chunks) { return row * chunks * 8 + ((chunk ^ (row & 7)) * 8); }
 
-template <class Element>
-__global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
+template <class Element, int kWarpsM>
+__global__ void __launch_bounds__(DecodeTraits<kWarpsM>::kThreads, 1)
     flashmla_decode_kernel(const __grid_constant__ FlashMlaDecodeParams p) {
-  using Tr = DecodeTraits;
+  using Tr = DecodeTraits<kWarpsM>;
   constexpr int kC = Tr::kChunks;
   extern __shared__ __align__(128) uint8_t smem[];
   Element* sQ = reinterpret_cast<Element*>(smem);
-  Element* sK = sQ + Tr::kTileElems;                     // [kStages][64 keys][576]
-  Element* sP = sK + Tr::kStages * Tr::kTileElems;       // [64 rows][64 keys]
-  float* sMax = reinterpret_cast<float*>(sP + Tr::kPElems);  // [2 halves][64 rows]
-  float* sSum = sMax + 2 * Tr::kBlockM;                  // [2 halves][64 rows]
+  Element* sK = sQ + Tr::kQElems;                        // [kStages][64 keys][576]
+  Element* sP = sK + Tr::kStages * Tr::kKElems;          // [kBlockM rows][64 keys]
+  float* sMax = reinterpret_cast<float*>(sP + Tr::kPElems);  // [kWarpsN][kBlockM]
+  float* sSum = sMax + Tr::kWarpsN * Tr::kBlockM;        // [kWarpsN][kBlockM]
 
   const int m_block = blockIdx.x;
   const int32_t* md = p.tile_scheduler_metadata + blockIdx.y * 8;
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
     // Keys past kend (the page tail holds NaN) are zero-filled, so that P = 0 never meets NaN V.
     auto load_tile = [&](int n, int stage) {
       const Element* blk = kv + static_cast<int64_t>(table[n]) * p.kv_block_stride;
-      Element* dst = sK + stage * Tr::kTileElems;
+      Element* dst = sK + stage * Tr::kKElems;
       for (int i = tid; i < Tr::kBlockN * kC; i += Tr::kThreads) {
         const int r = i / kC, c = i % kC;
         const bool valid = n * Tr::kBlockN + r < kend;
@@ -127,23 +131,37 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
         cp_async_wait<0>();
       }
       __syncthreads();
-      const Element* sKc = sK + stage * Tr::kTileElems;
+      const Element* sKc = sK + stage * Tr::kKElems;
 
-      // S = Q K^T: 16 rows x 32 keys per warp, over the 36 k-steps of 576.
+      // S = Q K^T: 16 rows x kWarpKeys keys per warp, over the 36 k-steps of 576.
       float s[Tr::kWarpKeys / 8][4];
       for (auto& f : s) f[0] = f[1] = f[2] = f[3] = 0.f;
       if (warp_active) {
+        const int qrow = wm * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        if constexpr (Tr::kWarpKeys >= 16) {
 #pragma unroll 4
-        for (int ks = 0; ks < Tr::kHeadDimK / 16; ++ks) {
-          uint32_t a[4];
-          ldmatrix_x4(a, sQ + swz(wm * 16 + (lane % 8) + ((lane / 8) % 2) * 8, ks * 2 + lane / 16, kC));
+          for (int ks = 0; ks < Tr::kHeadDimK / 16; ++ks) {
+            uint32_t a[4];
+            ldmatrix_x4(a, sQ + swz(qrow, ks * 2 + lane / 16, kC));
 #pragma unroll
-          for (int nj = 0; nj < Tr::kWarpKeys / 16; ++nj) {
-            uint32_t b[4];
-            ldmatrix_x4(b, sKc + swz(wn * Tr::kWarpKeys + nj * 16 + (lane % 8) + (lane / 16) * 8,
-                                     ks * 2 + (lane / 8) % 2, kC));
-            mma_16816<Element>(s[2 * nj], a, b[0], b[1]);
-            mma_16816<Element>(s[2 * nj + 1], a, b[2], b[3]);
+            for (int nj = 0; nj < Tr::kWarpKeys / 16; ++nj) {
+              uint32_t b[4];
+              ldmatrix_x4(b, sKc + swz(wn * Tr::kWarpKeys + nj * 16 + (lane % 8) + (lane / 16) * 8,
+                                       ks * 2 + (lane / 8) % 2, kC));
+              mma_16816<Element>(s[2 * nj], a, b[0], b[1]);
+              mma_16816<Element>(s[2 * nj + 1], a, b[2], b[3]);
+            }
+          }
+        } else {
+          // 8 keys per warp: one ldmatrix.x4 holds the B fragments of two k-steps.
+#pragma unroll 4
+          for (int ks = 0; ks < Tr::kHeadDimK / 16; ks += 2) {
+            uint32_t a0[4], a1[4], b[4];
+            ldmatrix_x4(a0, sQ + swz(qrow, ks * 2 + lane / 16, kC));
+            ldmatrix_x4(a1, sQ + swz(qrow, ks * 2 + 2 + lane / 16, kC));
+            ldmatrix_x4(b, sKc + swz(wn * Tr::kWarpKeys + (lane % 8), ks * 2 + lane / 8, kC));
+            mma_16816<Element>(s[0], a0, b[0], b[1]);
+            mma_16816<Element>(s[0], a1, b[2], b[3]);
           }
         }
       }
@@ -171,7 +189,9 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 16 + g + 8 * h;
-        const float m_new = fmaxf(m_i[h], fmaxf(sMax[r], sMax[Tr::kBlockM + r]));
+        float m_new = m_i[h];
+#pragma unroll
+        for (int j = 0; j < Tr::kWarpsN; ++j) m_new = fmaxf(m_new, sMax[j * Tr::kBlockM + r]);
         // A row that has seen no key yet keeps m = -inf; shift by 0 so exp2 gives 0, not NaN.
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
         alpha[h] = fast_exp2(m_i[h] - m_use);
@@ -185,7 +205,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
         }
         l_i[h] = l_i[h] * alpha[h] + sum;
       }
-      // P (16-bit) to shared memory: both column halves of the row group need all 64 keys.
+      // P (16-bit) to shared memory: every column group of the row group needs all 64 keys.
 #pragma unroll
       for (int f = 0; f < Tr::kWarpKeys / 8; ++f) {
         const int key = wn * Tr::kWarpKeys + f * 8 + 2 * tq;
@@ -205,7 +225,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
       }
       __syncthreads();
 
-      // O += P V: 16 rows x 256 columns per warp over the 64 keys of the tile.
+      // O += P V: 16 rows x kWarpCols columns per warp over the 64 keys of the tile.
       if (warp_active) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
@@ -225,7 +245,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
     }
     cp_async_wait<0>();  // an empty piece still committed its Q load
 
-    // Epilogue: the two column halves used the same maxima, so their row sums add up.
+    // Epilogue: the column groups used the same maxima, so their row sums add up.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l_i[h] += __shfl_xor_sync(0xffffffffu, l_i[h], 1);
@@ -237,39 +257,47 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       const int r = wm * 16 + g + 8 * h, row = row0 + r;
       if (row >= rows) continue;
-      const float l = sSum[r] + sSum[Tr::kBlockM + r];
+      float l = 0.f;
+#pragma unroll
+      for (int j = 0; j < Tr::kWarpsN; ++j) l += sSum[j * Tr::kBlockM + r];
       // No visible key: O = 0 and LSE = -inf (merge_attn_states weighs such a piece with 0).
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? m_i[h] * 0.6931471805599453f + logf(l) : -INFINITY;
       const int64_t token = static_cast<int64_t>(req) * p.q_len + row / p.num_heads;
       const int head = row % p.num_heads;
-      if (no_split) {
-        Element* o = static_cast<Element*>(p.o) + (token * p.num_heads + head) * Tr::kHeadDimV + wn * Tr::kWarpCols;
+      const int64_t out_row = no_split ? token * p.num_heads + head : static_cast<int64_t>(split_base + split) * rows + row;
+      float* o = (no_split ? p.o : p.o_accum) + out_row * Tr::kHeadDimV + wn * Tr::kWarpCols;
 #pragma unroll
-        for (int f = 0; f < Tr::kWarpCols / 8; ++f)
-          *reinterpret_cast<uint32_t*>(o + f * 8 + 2 * tq) = pack2<Element>(acc_o[f][2 * h] * inv, acc_o[f][2 * h + 1] * inv);
-        if (wn == 0 && tq == 0) p.lse[token * p.num_heads + head] = lse;
-      } else {
-        const int64_t acc_row = static_cast<int64_t>(split_base + split) * rows + row;
-        float* o = p.o_accum + acc_row * Tr::kHeadDimV + wn * Tr::kWarpCols;
-#pragma unroll
-        for (int f = 0; f < Tr::kWarpCols / 8; ++f)
-          *reinterpret_cast<float2*>(o + f * 8 + 2 * tq) = make_float2(acc_o[f][2 * h] * inv, acc_o[f][2 * h + 1] * inv);
-        if (wn == 0 && tq == 0) p.lse_accum[acc_row] = lse;
-      }
+      for (int f = 0; f < Tr::kWarpCols / 8; ++f)
+        *reinterpret_cast<float2*>(o + f * 8 + 2 * tq) = make_float2(acc_o[f][2 * h] * inv, acc_o[f][2 * h + 1] * inv);
+      if (wn == 0 && tq == 0) (no_split ? p.lse : p.lse_accum)[out_row] = lse;
     }
     __syncthreads();  // sQ and sSum are rewritten by the next request
   }
 }
 
+template <class Element, int kWarpsM>
+void launch_rows(const FlashMlaDecodeParams& p, cudaStream_t stream) {
+  using Tr = DecodeTraits<kWarpsM>;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      flashmla_decode_kernel<Element, kWarpsM>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  (void)attr;  // a failure shows up as the launch error
+  const int rows = p.q_len * p.num_heads;
+  const dim3 grid(static_cast<unsigned>((rows + Tr::kBlockM - 1) / Tr::kBlockM), static_cast<unsigned>(p.num_parts));
+  flashmla_decode_kernel<Element, kWarpsM><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+}
+
+// The CTA's rows follow the packed rows of a request: 16, 32 or 64 (several m_blocks above 64).
 template <class Element>
 void run_flashmla_decode(const FlashMlaDecodeParams& p, cudaStream_t stream) {
-  using Tr = DecodeTraits;
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      flashmla_decode_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  (void)attr;  // a failure shows up as the launch error
-  const dim3 grid(static_cast<unsigned>(p.num_m_blocks), static_cast<unsigned>(p.num_parts));
-  flashmla_decode_kernel<Element><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  const int rows = p.q_len * p.num_heads;
+  if (rows <= 16) {
+    launch_rows<Element, 1>(p, stream);
+  } else if (rows <= 32) {
+    launch_rows<Element, 2>(p, stream);
+  } else {
+    launch_rows<Element, 4>(p, stream);
+  }
 }
 
 }  // namespace attn::mla

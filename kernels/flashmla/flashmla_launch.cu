@@ -16,7 +16,7 @@ void run_flashmla_decode(const FlashMlaDecodeParams& p, cudaStream_t stream);
 
 void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, cudaStream_t stream) {
   if (p.q_len < 1 || p.q_len > 2) throw RuntimeError("launch_flashmla_decode: q_len must be 1 or 2");
-  if (p.num_parts == 0 || p.num_m_blocks == 0) return;
+  if (p.num_parts == 0 || p.batch == 0) return;
   if (dtype == DType::bf16) {
     mla::run_flashmla_decode<__nv_bfloat16>(p, stream);
   } else if (dtype == DType::f16) {

@@ -5,8 +5,9 @@
 // One launch covers a decode batch of `batch` requests with q_len (1 or 2) new tokens each. All
 // q_len x num_heads query rows of a request share the single latent "kv head", so they are packed
 // into the MMA rows: packed row = query index * num_heads + head, 64 rows per CTA tile (m_block).
-// The grid is (num_m_blocks, num_parts): CTA (m, p) runs m_block m over the (request, key block)
-// range of scheduler partition p (get_mla_metadata). A request cut into several pieces writes
+// The grid is (m_blocks, num_parts): CTA (m, p) runs m_block m over the (request, key block)
+// range of scheduler partition p (get_mla_metadata). O stays fp32 until W_UV: a bf16 round trip
+// of the 512-wide latent output would add about one output rounding of error to the result. A request cut into several pieces writes
 // each piece, normalized, to the fp32 scratch with its LSE; a request in one piece writes O and
 // LSE directly. merge_attn_states (kernels/common) then combines the split requests by LSE.
 #include <cstdint>
@@ -23,7 +24,7 @@ struct FlashMlaDecodeParams {
   const int32_t* num_splits;              // [batch + 1] prefix sums of each request's pieces
 
   // ---- outputs -----------------------------------------------------------------------------
-  void* o;           // [batch * q_len, num_heads, 512] model dtype (requests in one piece)
+  float* o;          // [batch * q_len, num_heads, 512] fp32 (requests in one piece; the combine fills the rest)
   float* lse;        // [batch * q_len, num_heads] natural log; -inf for a row with no visible key
   float* o_accum;    // [num_splits[batch], q_len * num_heads, 512] normalized O of each piece
   float* lse_accum;  // [num_splits[batch], q_len * num_heads] LSE of each piece
@@ -34,7 +35,6 @@ struct FlashMlaDecodeParams {
   int num_heads;
   int block_table_stride;   // entries per block-table row
   int num_parts;            // scheduler partitions (gridDim.y)
-  int num_m_blocks;         // ceil(q_len * num_heads / 64) (gridDim.x)
   int64_t kv_block_stride;  // elements between consecutive cache blocks (64 * 576 when dense)
   float softmax_scale;
 };

@@ -152,7 +152,8 @@ TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
 
   // One SM's worth of partitions is not reachable through RunOptions on a device, so compare
   // against each request run alone with its own schedule: a lone short request is one piece.
-  const Batch alone = make(mla_spec(16), {{100, 1}});
+  Batch alone = make(mla_spec(16), {{100, 1}});
+  alone.request_ids = {2};  // the values of request 2 of the batch
   auto inst1 = backend->create(alone, build_common_metadata(alone), RunOptions{});
   inst1->plan();
   inst1->poison();
@@ -163,7 +164,7 @@ TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
   double max_diff = 0;
   const size_t off = 2 * one.o.size();
   for (size_t i = 0; i < one.o.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(one.o[i]) - split.o[off + i]));
-  EXPECT_LT(max_diff, 2e-2);
+  EXPECT_LT(max_diff, 4e-3);  // a few bf16 ulps of |o| <~ 0.5
 }
 
 TEST(FlashMlaGpu, UnsupportedFeaturesSaySo) {

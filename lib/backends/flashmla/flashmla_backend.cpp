@@ -2,9 +2,13 @@
 // data flow of vLLM in run():
 //   concat_and_cache_mla (new latents into the cache)
 //   q' = [q_nope · W_UK[h]^T (512) ‖ q_pe (64)]     batched GEMM over heads (cuBLAS) + copy
-//   o_latent, lse = flashmla_decode(q', latent cache)  split pieces to fp32 scratch
+//   o_latent, lse = flashmla_decode(q', latent cache)  fp32; split pieces to fp32 scratch
 //   merge_attn_states over the split requests (ragged partials: num_splits)
-//   o = o_latent · W_UV[h]                           batched GEMM over heads (cuBLAS)
+//   o = o_latent · W_UV[h]                           fp32 batched GEMM over heads (cuBLAS), cast
+// vLLM keeps o_latent in bf16; here it stays fp32 up to W_UV, because that round trip alone
+// adds about one output rounding (measured 1.7 x the bf16 floor with it, against the 1.6 x
+// budget; docs/PERF_NOTES.md, FLASHMLA). It costs 4 bytes per latent element written and read
+// again (0.3 % of the cache bytes of a 16-head 8k decode).
 #include "backends/flashmla/flashmla_backend.hpp"
 
 #include <cublas_v2.h>
@@ -20,6 +24,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "kernels/cache/cache_launch.hpp"
+#include "kernels/common/cast_launch.hpp"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
 #include "model/kv_cache.hpp"
@@ -74,13 +79,13 @@ class FlashMlaInstance final : public BackendInstance {
       }
     }
     std::vector<uint8_t> w_uk(static_cast<std::size_t>(H) * md.kv_lora_rank * md.qk_nope_head_dim * es);
-    std::vector<uint8_t> w_uv(static_cast<std::size_t>(H) * md.kv_lora_rank * md.v_head_dim * es);
+    std::vector<float> w_uv(static_cast<std::size_t>(H) * md.kv_lora_rank * md.v_head_dim);
     for (int h = 0; h < H; ++h)
       for (int c = 0; c < md.kv_lora_rank; ++c) {
         for (int d = 0; d < md.qk_nope_head_dim; ++d)
           store_as(s.dtype, w_uk.data(), (static_cast<std::size_t>(h) * md.kv_lora_rank + c) * md.qk_nope_head_dim + d, b.w_uk(h, c, d));
         for (int d = 0; d < md.v_head_dim; ++d)
-          store_as(s.dtype, w_uv.data(), (static_cast<std::size_t>(h) * md.kv_lora_rank + c) * md.v_head_dim + d, b.w_uv(h, c, d));
+          w_uv[(static_cast<std::size_t>(h) * md.kv_lora_rank + c) * md.v_head_dim + d] = b.w_uv(h, c, d);  // model-dtype values
       }
     q_ = upload(q);
     latent_ = upload(latent);
@@ -95,7 +100,8 @@ class FlashMlaInstance final : public BackendInstance {
 
     const int64_t rows = std::max<int64_t>(T, 1) * H;
     q_abs_ = DeviceBuffer(rows * md.latent_dim() * es);
-    o_latent_ = DeviceBuffer(rows * md.kv_lora_rank * es);
+    o_latent_ = DeviceBuffer(rows * md.kv_lora_rank * sizeof(float));
+    o32_ = DeviceBuffer(rows * md.v_head_dim * sizeof(float));
     o_ = DeviceBuffer(rows * md.v_head_dim * es);
     lse_ = DeviceBuffer(rows * sizeof(float));
 
@@ -147,7 +153,7 @@ class FlashMlaInstance final : public BackendInstance {
     p.seq_lens = seq_lens_.as<int32_t>();
     p.tile_scheduler_metadata = tile_md_.as<int32_t>();
     p.num_splits = num_splits_.as<int32_t>();
-    p.o = o_latent_.data();
+    p.o = o_latent_.as<float>();
     p.lse = lse_.as<float>();
     p.o_accum = o_accum_.as<float>();
     p.lse_accum = lse_accum_.as<float>();
@@ -156,7 +162,6 @@ class FlashMlaInstance final : public BackendInstance {
     p.num_heads = s.num_q_heads;
     p.block_table_stride = meta_.max_blocks_per_req;
     p.num_parts = schedule_.num_parts;
-    p.num_m_blocks = (q_len_ * s.num_q_heads + kFlashMlaBlockM - 1) / kFlashMlaBlockM;
     p.kv_block_stride = view_.k.block;
     p.softmax_scale = s.scale;
     launch_flashmla_decode(p, s.dtype, stream_);
@@ -175,7 +180,7 @@ class FlashMlaInstance final : public BackendInstance {
     mp.head_size = s.mla.kv_lora_rank;
     mp.seq_partials = num_splits_.as<int32_t>();
     mp.tokens_per_seq = q_len_;
-    launch_merge_attn_states(mp, s.dtype, stream_);
+    launch_merge_attn_states(mp, DType::f32, stream_);
 
     if (!kernel_only_) up_project_o();
   }
@@ -184,7 +189,8 @@ class FlashMlaInstance final : public BackendInstance {
     const AttentionSpec& s = batch_.spec;
     const int64_t rows = batch_.num_tokens() * s.num_q_heads;
     launch_fill_nan(o_.data(), rows * s.mla.v_head_dim, s.dtype, stream_);
-    launch_fill_nan(o_latent_.data(), rows * s.mla.kv_lora_rank, s.dtype, stream_);
+    launch_fill_nan(o_latent_.data(), rows * s.mla.kv_lora_rank, DType::f32, stream_);
+    launch_fill_nan(o32_.data(), rows * s.mla.v_head_dim, DType::f32, stream_);
     launch_fill_nan(q_abs_.data(), rows * s.mla.latent_dim(), s.dtype, stream_);
     launch_fill_nan(lse_.data(), rows, DType::f32, stream_);
     write_cache(nan_latent_.data());
@@ -275,19 +281,20 @@ class FlashMlaInstance final : public BackendInstance {
                                       cudaMemcpyDeviceToDevice, stream_));
   }
 
-  // o[t, h] = o_latent[t, h] · W_UV[h]: o^T (128 x T, ld H*128) = W_UV[h] (col-major 128 x 512)
-  // · o_latent^T (512 x T, ld H*512).
+  // o[t, h] = o_latent[t, h] · W_UV[h] in fp32: o^T (128 x T, ld H*128) = W_UV[h] (col-major
+  // 128 x 512) · o_latent^T (512 x T, ld H*512); then o rounded once to the model dtype.
   void up_project_o() {
     const AttentionSpec& s = batch_.spec;
     const MlaDims& md = s.mla;
     const int T = static_cast<int>(batch_.num_tokens()), H = s.num_q_heads;
     const float one = 1.f, zero = 0.f;
     cublas_check(cublasGemmStridedBatchedEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, md.v_head_dim, T, md.kv_lora_rank, &one,
-                                            w_uv_.data(), cuda_type(), md.v_head_dim,
-                                            int64_t{md.kv_lora_rank} * md.v_head_dim, o_latent_.data(), cuda_type(),
-                                            H * md.kv_lora_rank, md.kv_lora_rank, &zero, o_.data(), cuda_type(),
+                                            w_uv_.data(), CUDA_R_32F, md.v_head_dim,
+                                            int64_t{md.kv_lora_rank} * md.v_head_dim, o_latent_.data(), CUDA_R_32F,
+                                            H * md.kv_lora_rank, md.kv_lora_rank, &zero, o32_.data(), CUDA_R_32F,
                                             H * md.v_head_dim, md.v_head_dim, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "W_UV up-projection GEMM");
+    launch_cast_from_f32(o32_.as<float>(), o_.data(), int64_t{T} * H * md.v_head_dim, s.dtype, stream_);
   }
 
   Batch batch_;
@@ -306,12 +313,14 @@ class FlashMlaInstance final : public BackendInstance {
   DeviceBuffer q_;              // [T, H, 192] model dtype: q_nope (128) ‖ q_pe (64)
   DeviceBuffer latent_;         // [T, 576] new tokens' kv_c ‖ k_pe
   DeviceBuffer nan_latent_;     // [T, 576] NaN: poison() writes it into the new slots
-  DeviceBuffer w_uk_, w_uv_;    // [H, 512, 128] model dtype
+  DeviceBuffer w_uk_;           // [H, 512, 128] model dtype
+  DeviceBuffer w_uv_;           // [H, 512, 128] fp32 (holding model-dtype values)
   DeviceBuffer block_table_;    // [batch, max_blocks_per_req]
   DeviceBuffer seq_lens_;       // [batch]
   DeviceBuffer slot_mapping_;   // [T] int64
   DeviceBuffer q_abs_;          // [T, H, 576] absorbed query
-  DeviceBuffer o_latent_;       // [T, H, 512] model dtype
+  DeviceBuffer o_latent_;       // [T, H, 512] fp32
+  DeviceBuffer o32_;            // [T, H, 128] fp32 W_UV product
   DeviceBuffer o_;              // [T, H, 128] model dtype
   DeviceBuffer lse_;            // [T, H] float
   DeviceBuffer tile_md_;        // [parts, 8]
