@@ -40,3 +40,28 @@ struct FlashMlaDecodeParams {
 };
 
 }  // namespace attn
+
+namespace attn {
+
+// One pass of the MLA prefill (MLA common, docs/BACKGROUND.md): the latents of a key range of
+// every prefill request gathered from the paged cache into dense rows, request r at rows
+// dense_begin[r] .. dense_begin[r] + key_count[r] - 1 and zero rows up to dense_begin[r + 1]
+// (a multiple of 16: the dense K/V are read through an identity block table of 16-row blocks).
+// k_pe, shared by all heads, also goes straight into dims 128..191 of every head's key.
+struct MlaGatherParams {
+  const void* kv_cache;        // [num_blocks, block_size, 576] model dtype
+  const int32_t* block_table;  // [num_reqs, block_table_stride] the prefill requests' rows
+  const int32_t* dense_begin;  // [num_reqs + 1] first dense row of each request
+  const int32_t* key_begin;    // [num_reqs] first key (position) of the range
+  const int32_t* key_count;    // [num_reqs] keys in the range (0 = an empty chunk)
+  void* latent;                // [num_dense_rows, 576] model dtype
+  void* k;                     // [num_dense_rows, num_heads, 192] model dtype (dims 128..191 written)
+  int num_reqs;
+  int num_dense_rows;
+  int num_heads;
+  int block_table_stride;
+  int block_size;
+  int64_t kv_block_stride;     // elements between cache blocks
+};
+
+}  // namespace attn

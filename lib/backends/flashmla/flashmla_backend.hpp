@@ -1,8 +1,10 @@
 #pragma once
 // FLASHMLA: vLLM's FlashMLA backend for MLA layers (DeepSeek-V2/V3). Decode runs the absorbed
 // 576-wide MQA over the latent cache, split by get_mla_metadata's tile scheduler and combined
-// by LSE; W_UK and W_UV are applied around it as batched GEMMs.
+// by LSE; W_UK and W_UV are applied around it as batched GEMMs. Prefills take vLLM's MLA
+// common path (flashmla_prefill.hpp).
 #include <memory>
+#include <string>
 
 #include "backends/backend.hpp"
 
@@ -13,6 +15,9 @@ struct FlashMlaOptions {
   // FlashMLA's flash_mla_with_kvcache; fetch() then refuses. For timing the kernel alone
   // (attn-bench-micro); the registry's backend runs the whole path.
   bool kernel_only = false;
+  // Context tokens gathered and up-projected per chunk pass of the prefill, shared by the
+  // prefills that have context (vLLM's chunked-context workspace).
+  int workspace_tokens = 32768;
 };
 
 std::unique_ptr<Backend> make_flashmla_backend(const FlashMlaOptions& options = {});
