@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(DecodeTraits<kWarpsM>::kThreads, 1)
     if (n_begin < n_end) load_tile(n_begin, 0);
     cp_async_commit();
 
+    uint32_t qf[Tr::kWarpKeys == 8 ? Tr::kHeadDimV / 16 : 1][4];  // Q fragments, dims < 512 (16-row variant)
     float acc_o[Tr::kWarpCols / 8][4];
     for (auto& f : acc_o) f[0] = f[1] = f[2] = f[3] = 0.f;
     float m_i[2] = {-INFINITY, -INFINITY};  // running max of scaled logits, log2 units
@@ -153,15 +154,30 @@ __global__ void __launch_bounds__(DecodeTraits<kWarpsM>::kThreads, 1)
             }
           }
         } else {
-          // 8 keys per warp: one ldmatrix.x4 holds the B fragments of two k-steps.
-#pragma unroll 4
+          // 16 rows, 8 keys per warp: the Q fragments of the whole piece live in registers
+          // (loaded at its first tile), since re-reading the 18 KB of Q per tile and warp for
+          // 8 keys doubled the shared-memory traffic of a tile. One ldmatrix.x4 holds the B
+          // fragments of two k-steps.
+          // The 4 rope k-steps still come from shared memory (room for the accumulators).
+          constexpr int kRegSteps = Tr::kHeadDimV / 16;
+          if (n == n_begin) {
+#pragma unroll
+            for (int ks = 0; ks < kRegSteps; ++ks) ldmatrix_x4(qf[ks], sQ + swz(qrow, ks * 2 + lane / 16, kC));
+          }
+#pragma unroll
           for (int ks = 0; ks < Tr::kHeadDimK / 16; ks += 2) {
-            uint32_t a0[4], a1[4], b[4];
-            ldmatrix_x4(a0, sQ + swz(qrow, ks * 2 + lane / 16, kC));
-            ldmatrix_x4(a1, sQ + swz(qrow, ks * 2 + 2 + lane / 16, kC));
+            uint32_t b[4];
             ldmatrix_x4(b, sKc + swz(wn * Tr::kWarpKeys + (lane % 8), ks * 2 + lane / 8, kC));
-            mma_16816<Element>(s[0], a0, b[0], b[1]);
-            mma_16816<Element>(s[0], a1, b[2], b[3]);
+            if (ks < kRegSteps) {
+              mma_16816<Element>(s[0], qf[ks], b[0], b[1]);
+              mma_16816<Element>(s[0], qf[ks + 1], b[2], b[3]);
+            } else {
+              uint32_t a0[4], a1[4];
+              ldmatrix_x4(a0, sQ + swz(qrow, ks * 2 + lane / 16, kC));
+              ldmatrix_x4(a1, sQ + swz(qrow, ks * 2 + 2 + lane / 16, kC));
+              mma_16816<Element>(s[0], a0, b[0], b[1]);
+              mma_16816<Element>(s[0], a1, b[2], b[3]);
+            }
           }
         }
       }
