@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "backends/flashmla/flashmla_prefill.hpp"
+#include "backends/flashmla/flashmla_util.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
 #include "core/device.hpp"
 #include "core/device_cache.hpp"
@@ -33,16 +34,10 @@
 namespace attn {
 namespace {
 
-void cublas_check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw RuntimeError(fmt::format("FLASHMLA: {} failed (cuBLAS status {})", what, static_cast<int>(s)));
-}
+using flashmla::cublas_check;
+using flashmla::upload;
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) buf.upload(v.data(), v.size() * sizeof(T));
-  return buf;
-}
+
 
 // vLLM reorders a MLA batch so that the decodes come first (reorder_batch_threshold): here the
 // decodes are the requests of the shortest query length if that is 1 or 2 (all of them run the

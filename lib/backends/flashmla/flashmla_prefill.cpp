@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/flashmla/flashmla_util.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/common/merge_launch.hpp"
@@ -13,20 +14,12 @@
 namespace attn {
 namespace {
 
+using flashmla::cublas_check;
+using flashmla::upload;
+
 constexpr int kQk = 192, kNope = 128, kV = 128, kRank = 512, kLatent = 576;
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) buf.upload(v.data(), v.size() * sizeof(T));
-  return buf;
-}
-
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-void cublas_check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw RuntimeError(fmt::format("FLASHMLA prefill: {} failed (cuBLAS status {})", what, static_cast<int>(s)));
-}
 
 }  // namespace
 
