@@ -150,7 +150,7 @@ class FlashMlaInstance final : public BackendInstance {
     lse_accum_ = DeviceBuffer(max_pieces * std::max(q_len_, 1) * H * sizeof(float));
     upload_schedule();
 
-    if (!pf_q.empty()) prefill_ = std::make_unique<MlaPrefill>(s, plan_mla_prefill(pf_q, pf_ctx, fo.workspace_tokens), stream_);
+    if (!pf_q.empty()) prefill_ = std::make_unique<MlaPrefill>(s, pf_q, pf_ctx, fo.workspace_tokens, stream_);
 
     cublas_check(cublasCreate(&cublas_), "cublasCreate");
     cublas_check(cublasSetStream(cublas_, stream_.get()), "cublasSetStream");

@@ -19,68 +19,13 @@ using flashmla::upload;
 
 constexpr int kQk = 192, kNope = 128, kV = 128, kRank = 512, kLatent = 576;
 
-int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
 }  // namespace
 
-MlaPrefillPlan plan_mla_prefill(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& context_lens,
-                                int workspace_tokens) {
-  MlaPrefillPlan plan;
-  const int n = static_cast<int>(q_lens.size());
-  plan.num_prefills = n;
-  plan.query_start.assign(1, 0);
-  int num_with_context = 0, max_context = 0, max_q = 0;
-  for (int i = 0; i < n; ++i) {
-    plan.query_start.push_back(plan.query_start.back() + q_lens[i]);
-    num_with_context += context_lens[i] > 0;
-    max_context = std::max(max_context, context_lens[i]);
-    max_q = std::max(max_q, q_lens[i]);
-  }
-  plan.num_tokens = plan.query_start.back();
-  if (num_with_context > 0) {
-    plan.chunk = std::max(64, workspace_tokens / num_with_context / 64 * 64);
-    plan.num_chunks = (max_context + plan.chunk - 1) / plan.chunk;
-  }
-  auto add_pass = [&](bool causal, auto&& range) {
-    MlaPrefillPlan::Pass p;
-    p.causal = causal;
-    p.dense_begin.assign(1, 0);
-    for (int i = 0; i < n; ++i) {
-      const auto [begin, count] = range(i);
-      p.key_begin.push_back(begin);
-      p.key_count.push_back(count);
-      p.dense_begin.push_back(p.dense_begin.back() + round_up(count, MlaPrefillPlan::kDenseBlock));
-      plan.max_dense_blocks = std::max(plan.max_dense_blocks, (count + MlaPrefillPlan::kDenseBlock - 1) / MlaPrefillPlan::kDenseBlock);
-    }
-    plan.max_dense_rows = std::max(plan.max_dense_rows, p.dense_rows());
-    plan.passes.push_back(std::move(p));
-  };
-  // A request whose context ends before chunk c has an empty range there (count 0): the pass
-  // still covers its rows and writes O = 0, LSE = -inf, which the merge weighs with 0.
-  for (int c = 0; c < plan.num_chunks; ++c) {
-    add_pass(false, [&](int i) {
-      const int begin = std::min(context_lens[i], c * plan.chunk);
-      return std::pair<int, int>{begin, std::min(context_lens[i], (c + 1) * plan.chunk) - begin};
-    });
-  }
-  add_pass(true, [&](int i) { return std::pair<int, int>{context_lens[i], q_lens[i]}; });
-  plan.max_dense_blocks = std::max(plan.max_dense_blocks, 1);
-  for (auto& p : plan.passes) {
-    p.block_table.assign(static_cast<std::size_t>(n) * plan.max_dense_blocks, 0);
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j * MlaPrefillPlan::kDenseBlock < p.key_count[i]; ++j)
-        p.block_table[static_cast<std::size_t>(i) * plan.max_dense_blocks + j] = p.dense_begin[i] / MlaPrefillPlan::kDenseBlock + j;
-  }
-  plan.tiling = flash_attn_tiling(kQk, std::max(max_q, 1));
-  for (int i = 0; i < n; ++i)
-    for (int m = 0; m * plan.tiling.block_m < q_lens[i]; ++m) {
-      plan.tiles.push_back(i);
-      plan.tiles.push_back(m);
-    }
-  return plan;
-}
-
-MlaPrefill::MlaPrefill(const AttentionSpec& spec, MlaPrefillPlan plan, cudaStream_t stream) : spec_(spec), plan_(std::move(plan)) {
+MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_lens,
+                       const std::vector<int32_t>& context_lens, int workspace_tokens, cudaStream_t stream)
+    : spec_(spec),
+      tiling_(flash_attn_tiling(kQk, std::max(1, *std::max_element(q_lens.begin(), q_lens.end())))),
+      plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
   for (const auto& p : plan_.passes)
@@ -179,7 +124,7 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
     p.kv_head_stride = kQk;
     p.softmax_scale = spec_.scale;
     p.causal = pass.causal ? 1 : 0;
-    launch_flash_attn_fwd(p, config, plan_.tiling, stream);
+    launch_flash_attn_fwd(p, config, tiling_, stream);
     if (single) break;
     if (pi == 0) {
       acc = 0;

@@ -15,38 +15,11 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "backends/flashmla/mla_prefill_plan.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
 #include "model/spec.hpp"
 
 namespace attn {
-
-// Host schedule: the passes (context chunks, then the new tokens) and their dense layout.
-struct MlaPrefillPlan {
-  struct Pass {
-    bool causal = false;              // the new tokens' pass
-    std::vector<int32_t> key_begin;   // [num_prefills]
-    std::vector<int32_t> key_count;   // [num_prefills] (= the FA seq_lens of the pass)
-    std::vector<int32_t> dense_begin;  // [num_prefills + 1] multiples of kDenseBlock
-    std::vector<int32_t> block_table;  // [num_prefills, max_dense_blocks] identity rows
-    int dense_rows() const { return dense_begin.back(); }
-  };
-  static constexpr int kDenseBlock = 16;  // rows per block of the dense K/V (FA: a multiple of 16)
-  int num_prefills = 0;
-  int num_tokens = 0;        // new tokens of all prefills
-  int chunk = 0;             // context tokens per chunk and request (0: no context anywhere)
-  int num_chunks = 0;
-  int max_dense_rows = 0;
-  int max_dense_blocks = 0;  // block-table row length
-  std::vector<int32_t> query_start;  // [num_prefills + 1] prefill-local token offsets
-  std::vector<int32_t> tiles;        // [num_tiles, 2] (prefill, m_block) for every pass
-  FlashAttnTiling tiling;
-  std::vector<Pass> passes;          // context chunks in order, then the causal pass
-};
-
-// q_lens/context_lens: [num_prefills]. workspace_tokens: context tokens gathered per chunk pass
-// over all prefills (vLLM's chunked-context workspace), split evenly among those with context.
-MlaPrefillPlan plan_mla_prefill(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& context_lens,
-                                int workspace_tokens);
 
 struct MlaPrefillInputs {
   const void* q;               // [num_tokens, H, 192] model dtype (the prefill tokens)
@@ -63,13 +36,16 @@ struct MlaPrefillInputs {
 
 class MlaPrefill {
  public:
-  MlaPrefill(const AttentionSpec& spec, MlaPrefillPlan plan, cudaStream_t stream);
+  // q_lens/context_lens: [num_prefills] (see plan_mla_prefill).
+  MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& context_lens,
+             int workspace_tokens, cudaStream_t stream);
   void run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStream_t stream);
   const MlaPrefillPlan& plan() const { return plan_; }
   std::string summary() const;
 
  private:
   AttentionSpec spec_;
+  FlashAttnTiling tiling_;  // of the FA hd192 kernel for the longest prefill
   MlaPrefillPlan plan_;
   struct PassBuffers {
     DeviceBuffer key_begin, key_count, dense_begin, block_table;
