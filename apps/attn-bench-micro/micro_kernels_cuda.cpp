@@ -1,6 +1,7 @@
 // Google Benchmark cases of the CUDA kernels, timed with CUDA events (UseManualTime): the
 // paged-cache write (reshape_and_cache_flash), the device cache fill, and, when this build has
-// the FLASH_ATTN backend, decode 64x4k and prefill 2x4k through its BackendInstance.
+// the FLASH_ATTN backend, decode 64x4k and prefill 2x4k through its BackendInstance; the FLASHMLA
+// decode (kernel + combine alone, and the whole W_UK -> kernel -> W_UV path) on the shapes.
 // Counters: GB/s (bytes read + written) and TFLOP/s where the case does arithmetic.
 #include <benchmark/benchmark.h>
 
