@@ -1,6 +1,7 @@
 // Google Benchmark cases of the CUDA kernels, timed with CUDA events (UseManualTime): the
 // paged-cache write (reshape_and_cache_flash), the device cache fill, and, when this build has
-// the FLASH_ATTN backend, decode 64x4k and prefill 2x4k through its BackendInstance.
+// the FLASH_ATTN backend, decode 64x4k and prefill 2x4k through its BackendInstance; the FLASHMLA
+// decode (kernel + combine alone, and the whole W_UK -> kernel -> W_UV path) on the shapes.
 // Counters: GB/s (bytes read + written) and TFLOP/s where the case does arithmetic.
 #include <benchmark/benchmark.h>
 
@@ -13,6 +14,9 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#if defined(ATTN_WITH_CUDA)
+#include "backends/flashmla/flashmla_backend.hpp"
+#endif
 #include "core/device.hpp"
 #include "core/device_cache.hpp"
 #include "kernels/cache/cache_launch.hpp"
@@ -181,6 +185,50 @@ void BM_FlashAttnDecode(benchmark::State& state) { run_attention_case(state, kDe
 void BM_FlashAttnPrefill(benchmark::State& state) { run_attention_case(state, kPrefill); }
 BENCHMARK(BM_FlashAttnDecode)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_FlashAttnPrefill)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// ---- FLASHMLA decode: the kernel alone (+ combine) and the whole path ------------------------
+
+#if defined(ATTN_WITH_CUDA)
+// Args: heads, requests, context, q_len; DeepSeek-V3 MLA, bf16, 64-token blocks. Bytes and FLOPs
+// of the kernel: the latent cache read once (576 x 2 bytes per key), q' and o_latent; 2 x (576 +
+// 512) FLOPs per (query row, visible key).
+void run_flashmla_case(benchmark::State& state, bool kernel_only) {
+  if (const std::string why = no_device_reason(); !why.empty()) return state.SkipWithError(why.c_str());
+  const int heads = static_cast<int>(state.range(0)), count = static_cast<int>(state.range(1));
+  const int context = static_cast<int>(state.range(2)), q_len = static_cast<int>(state.range(3));
+  const auto backend = make_flashmla_backend(FlashMlaOptions{kernel_only});
+  if (Support s = backend->available(); !s) return state.SkipWithError(s.reason.c_str());
+  const ModelPreset* preset = find_preset("deepseek-v3");
+  if (!preset) return state.SkipWithError("no deepseek-v3 preset");
+  AttentionSpec spec = preset->spec;
+  spec.num_q_heads = heads;
+  BatchShape shape;
+  shape.label = "flashmla";
+  shape.requests.assign(static_cast<size_t>(count), RequestShape{context, q_len});
+  const Batch b = make_batch(spec, shape, 1);
+  if (Support s = backend->supports(b.spec, b); !s) return state.SkipWithError(s.reason.c_str());
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  std::unique_ptr<BackendInstance> inst = backend->create(b, m, RunOptions{});
+  inst->plan();
+  double bytes = 0, flops = 0;
+  for (const RequestShape& r : b.requests) {
+    bytes += double(r.seq_len()) * 576 * 2;
+    for (int i = 0; i < r.query_len; ++i) flops += 2.0 * (576 + 512) * heads * (r.context_len + i + 1);
+  }
+  bytes += double(b.num_tokens()) * heads * (576 + 512) * 2;
+  if (!kernel_only) flops += double(b.num_tokens()) * heads * 2 * 512 * (128 + 128);  // W_UK, W_UV
+  const auto stream = static_cast<cudaStream_t>(inst->stream());
+  time_with_events(state, stream, bytes, flops, [&] { inst->run(); });
+  state.SetLabel(inst->plan_summary());
+}
+void BM_FlashMlaDecodeKernel(benchmark::State& state) { run_flashmla_case(state, true); }
+void BM_FlashMlaDecodePath(benchmark::State& state) { run_flashmla_case(state, false); }
+#define ATTN_FLASHMLA_SHAPES                                                                              \
+  ->Args({16, 128, 8191, 1})->Args({16, 64, 4095, 1})->Args({128, 64, 4095, 1})->Args({128, 32, 16383, 1}) \
+      ->Args({16, 64, 4094, 2})->UseManualTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_FlashMlaDecodeKernel) ATTN_FLASHMLA_SHAPES;
+BENCHMARK(BM_FlashMlaDecodePath) ATTN_FLASHMLA_SHAPES;
+#endif
 
 }  // namespace
 }  // namespace attn

@@ -23,21 +23,34 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
 
+  // Partial i of this row sits at lse_partial[first + i * stride] (o_partial likewise x head_size).
+  int64_t first = row, stride = rows;
+  int count = p.num_partials;
+  if (p.seq_partials) {
+    const int64_t seq_rows = static_cast<int64_t>(p.tokens_per_seq) * p.num_heads;
+    const int64_t seq = row / seq_rows;
+    const int begin = p.seq_partials[seq];
+    count = p.seq_partials[seq + 1] - begin;
+    if (count <= 1) return;  // written directly by the kernel that produced it
+    first = begin * seq_rows + row % seq_rows;
+    stride = seq_rows;
+  }
+
   // Weights e^(lse_i - max) / sum; a side with lse = -inf weighs 0.
   float m = -INFINITY;
-  for (int i = 0; i < p.num_partials; ++i) m = fmaxf(m, p.lse_partial[i * rows + row]);
+  for (int i = 0; i < count; ++i) m = fmaxf(m, p.lse_partial[first + i * stride]);
   const float m_use = m == -INFINITY ? 0.f : m;
   float total = 0.f;
-  for (int i = 0; i < p.num_partials; ++i) total += expf(p.lse_partial[i * rows + row] - m_use);
+  for (int i = 0; i < count; ++i) total += expf(p.lse_partial[first + i * stride] - m_use);
   const float inv = total > 0.f ? 1.f / total : 0.f;
 
   Element* o = static_cast<Element*>(p.o) + row * p.head_size;
   for (int d = lane * 4; d < p.head_size; d += 128) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < p.num_partials; ++i) {
-      const float w = expf(p.lse_partial[i * rows + row] - m_use) * inv;
+    for (int i = 0; i < count; ++i) {
+      const float w = expf(p.lse_partial[first + i * stride] - m_use) * inv;
       if (w == 0.f) continue;  // an empty side may hold zeros; never read it into the sum
-      const float4 v = *reinterpret_cast<const float4*>(p.o_partial + (i * rows + row) * p.head_size + d);
+      const float4 v = *reinterpret_cast<const float4*>(p.o_partial + (first + i * stride) * p.head_size + d);
       acc.x += w * v.x;
       acc.y += w * v.y;
       acc.z += w * v.z;
@@ -57,8 +70,12 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
 }  // namespace
 
 void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStream_t stream) {
-  if (p.head_size % 4 != 0 || p.num_partials < 1 || p.num_partials > kMaxPartials)
-    throw RuntimeError("launch_merge_attn_states: head_size must be a multiple of 4 and partials in [1, 64]");
+  if (p.head_size % 4 != 0)
+    throw RuntimeError("launch_merge_attn_states: head_size must be a multiple of 4");
+  if (p.seq_partials == nullptr && (p.num_partials < 1 || p.num_partials > kMaxPartials))
+    throw RuntimeError("launch_merge_attn_states: partials must be in [1, 64]");
+  if (p.seq_partials != nullptr && (p.tokens_per_seq < 1 || p.num_tokens % p.tokens_per_seq != 0))
+    throw RuntimeError("launch_merge_attn_states: num_tokens must be a multiple of tokens_per_seq");
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.num_heads;
   if (rows == 0) return;
   constexpr int kWarpsPerBlock = 8;
@@ -67,8 +84,10 @@ void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStr
     merge_attn_states_kernel<__half><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
   } else if (out_dtype == DType::bf16) {
     merge_attn_states_kernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+  } else if (out_dtype == DType::f32) {
+    merge_attn_states_kernel<float><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
   } else {
-    throw RuntimeError("launch_merge_attn_states: output dtype must be fp16 or bf16");
+    throw RuntimeError("launch_merge_attn_states: output dtype must be fp16, bf16 or fp32");
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

@@ -7,7 +7,8 @@
 
 namespace attn {
 
-// merge_attn_states over p.num_partials partial states; out_dtype is the model dtype.
+// merge_attn_states over p.num_partials partial states; out_dtype: the model dtype (fp16/bf16),
+// or fp32 for an intermediate that another product consumes (FLASHMLA's o_latent).
 void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStream_t stream);
 
 }  // namespace attn

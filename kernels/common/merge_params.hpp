@@ -8,9 +8,17 @@ namespace attn {
 // Merges num_partials partial attention states per (token, head) by their LSE (cascade prefix +
 // suffix, split-KV chunks). A partial with LSE = -inf contributes nothing; if all are -inf the
 // row has no visible key: O = 0, LSE = -inf.
+//
+// Ragged partials (FlashMLA's combine): with seq_partials set, the tokens form sequences of
+// tokens_per_seq tokens, sequence s owns partial slots seq_partials[s] .. seq_partials[s + 1] - 1
+// and a slot holds that sequence's tokens only:
+//   o_partial   [seq_partials[num_seqs], tokens_per_seq, num_heads, head_size]
+//   lse_partial [seq_partials[num_seqs], tokens_per_seq, num_heads]
+// A sequence with a single slot is skipped: its kernel wrote O and LSE directly. num_partials
+// is then unused; the counts are read on the device, so a captured graph follows new schedules.
 struct MergeAttnParams {
-  const float* o_partial;    // [num_partials, num_tokens, num_heads, head_size]
-  const float* lse_partial;  // [num_partials, num_tokens, num_heads]
+  const float* o_partial;    // [num_partials, num_tokens, num_heads, head_size] (or ragged, above)
+  const float* lse_partial;  // [num_partials, num_tokens, num_heads] (or ragged, above)
   void* o;                   // [num_tokens, num_heads, head_size] model dtype
   float* lse;                // lse[token * lse_token_stride + head * lse_head_stride], or nullptr
   int64_t lse_token_stride;
@@ -19,6 +27,8 @@ struct MergeAttnParams {
   int num_tokens;
   int num_heads;
   int head_size;
+  const int32_t* seq_partials = nullptr;  // [num_tokens / tokens_per_seq + 1] prefix sums, or nullptr
+  int tokens_per_seq = 1;
 };
 
 }  // namespace attn

@@ -77,6 +77,8 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
 
 // 2^x on the special-function unit (flushes subnormal results to zero, which P never needs).
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -17,9 +17,9 @@ namespace {
 
 bool head_size_compiled(int d) {
 #if defined(ATTN_QUICK_BUILD)
-  return d == 128;
+  return d == 128 || d == 192;  // 192: FLASHMLA's prefill
 #else
-  return d == 64 || d == 96 || d == 128 || d == 256;
+  return d == 64 || d == 96 || d == 128 || d == 192 || d == 256;
 #endif
 }
 
@@ -60,10 +60,10 @@ std::string flash_attn_unsupported_reason(const FlashAttnConfig& c) {
   if (c.head_size_qk != c.head_size_v)
     return "head_size_qk " + std::to_string(c.head_size_qk) + " != head_size_v " + std::to_string(c.head_size_v);
   const int d = c.head_size_qk;
-  if (d != 64 && d != 96 && d != 128 && d != 256)
-    return "head size " + std::to_string(d) + " not supported (64, 96, 128, 256)";
+  if (d != 64 && d != 96 && d != 128 && d != 192 && d != 256)
+    return "head size " + std::to_string(d) + " not supported (64, 96, 128, 192, 256)";
   if (!head_size_compiled(d))
-    return "head size " + std::to_string(d) + " not compiled in this build (ATTN_QUICK_BUILD keeps 128 only)";
+    return "head size " + std::to_string(d) + " not compiled in this build (ATTN_QUICK_BUILD keeps 128 and 192)";
   if (c.block_size <= 0 || c.block_size % 16 != 0)
     return "block size " + std::to_string(c.block_size) + " not supported (a multiple of 16)";
   if (c.layout != KvLayout::NHD) return "kv layout HND not supported (the FA cache is NHD)";
@@ -78,6 +78,7 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
     case 64: return tiling_of<64>(max_packed_rows);
     case 96: return tiling_of<96>(max_packed_rows);
     case 128: return tiling_of<128>(max_packed_rows);
+    case 192: return tiling_of<192>(max_packed_rows);
     case 256: return tiling_of<256>(max_packed_rows);
     default: throw RuntimeError("flash_attn_tiling: head size " + std::to_string(head_size) + " not supported");
   }
@@ -116,6 +117,7 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     case 256: dispatch_dtype<256>(p, c.dtype, fp8, t.decode, stream); break;
 #endif
     case 128: dispatch_dtype<128>(p, c.dtype, fp8, t.decode, stream); break;
+    case 192: dispatch_dtype<192>(p, c.dtype, fp8, t.decode, stream); break;
     default: throw RuntimeError("launch_flash_attn_fwd: head size not compiled");
   }
   const cudaError_t err = cudaGetLastError();

@@ -293,9 +293,9 @@ class FlashAttnBackend final : public Backend {
   std::vector<std::string> features() const override {
     return {
 #if defined(ATTN_QUICK_BUILD)
-        "head sizes: 128 (quick build)",
+        "head sizes: 128, 192 (quick build)",
 #else
-        "head sizes: 64, 96, 128, 256",
+        "head sizes: 64, 96, 128, 192, 256",
 #endif
         "dtypes: fp16, bf16; kv cache: model dtype, fp8_e4m3, fp8_e5m2 (per-sequence descales)",
         "cache: FA layout (2, num_blocks, block_size, Hkv, D), NHD, block size a multiple of 16",

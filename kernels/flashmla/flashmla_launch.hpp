@@ -1,0 +1,23 @@
+#pragma once
+// Plain C++ entry points of the FLASHMLA kernels (defined in flashmla_launch.cu; the kernel
+// instantiations live in flashmla_decode_<dtype>.cu; the prefill gather in flashmla_gather.cu).
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.hpp"
+#include "kernels/flashmla/flashmla_params.hpp"
+
+namespace attn {
+
+constexpr int kFlashMlaHeadDimK = 576;  // kv_lora_rank 512 + rope 64
+constexpr int kFlashMlaHeadDimV = 512;  // kv_lora_rank
+constexpr int kFlashMlaBlockM = 64;     // packed query rows per CTA
+constexpr int kFlashMlaBlockN = 64;     // keys per tile = the cache block size
+
+// Split-KV MLA decode over p.num_parts partitions. dtype: fp16 or bf16 (q, cache and o).
+// Throws RuntimeError on an unsupported dtype or a failed launch. Allocates nothing, never syncs.
+void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, cudaStream_t stream);
+
+// The gather of one MLA prefill pass (MlaGatherParams). dtype: fp16 or bf16. Never syncs.
+void launch_mla_gather(const MlaGatherParams& p, DType dtype, cudaStream_t stream);
+
+}  // namespace attn

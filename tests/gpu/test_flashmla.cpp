@@ -1,0 +1,224 @@
+// FLASHMLA on the GPU against the float64 reference: random values, ragged batches, shuffled
+// blocks, NaN page tails (the device fill), poisoned outputs before every run. The reference
+// up-projects K/V per head, so the larger cases check a sample of (request, head) pairs.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backends/flashmla/flashmla_backend.hpp"
+#include "backends/flashmla/mla_metadata.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "metadata/common.hpp"
+#include "reference/reference.hpp"
+#include "validate/validate.hpp"
+
+namespace attn {
+namespace {
+
+AttentionSpec mla_spec(int heads, DType dtype = DType::bf16) {
+  AttentionSpec s;
+  s.use_mla = true;
+  s.mla = MlaDims{};
+  s.num_q_heads = heads;
+  s.num_kv_heads = 1;
+  s.head_size_qk = s.mla.qk_head_dim();
+  s.head_size_v = s.mla.v_head_dim;
+  s.dtype = s.kv_cache_dtype = dtype;
+  s.block_size = 64;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(s.mla.qk_head_dim()));
+  return s;
+}
+
+Batch make(const AttentionSpec& spec, std::vector<RequestShape> requests, uint64_t seed = 11) {
+  BatchShape shape;
+  shape.label = "test";
+  shape.requests = std::move(requests);
+  shape.block_allocation = BlockAllocation::shuffled;
+  return make_batch(spec, shape, seed);
+}
+
+struct Outcome {
+  AttentionOutput out;
+  ValidationResult v;
+  std::string plan;
+};
+
+// Create, plan, poison, run, fetch; validated on max_pairs sampled (request, head) pairs (0 = all).
+Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& options = {}, double k_l2 = 0) {
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const auto backend = make_flashmla_backend(options);
+  const Support sup = backend->supports(b.spec, b);
+  EXPECT_TRUE(sup.ok) << sup.reason;
+  auto inst = backend->create(b, m, RunOptions{});
+  inst->plan();
+  inst->poison();
+  inst->run();
+  Outcome r;
+  r.out = inst->fetch();
+  r.plan = inst->plan_summary();
+  ReferenceOptions ro;
+  ro.max_pairs = max_pairs;
+  ro.sample_seed = 5;
+  const ReferenceResult ref = compute_reference(b, ro);
+  Budget budget = default_budget(b.spec.dtype);
+  if (k_l2 > 0) budget.k_l2 = k_l2;
+  r.v = validate_output(b, r.out, ref, budget);
+  return r;
+}
+
+#define EXPECT_VALID(r)                                                                          \
+  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
+                          << " rel_l2 " << (r).v.rel_l2 << " lse_err " << (r).v.lse_max_abs_err         \
+                          << " unwritten " << (r).v.unwritten << " nan " << (r).v.nan_mismatches
+
+std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
+
+TEST(FlashMlaGpu, DeepseekTp8DecodeMixedLengths) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // mla_decode_deepseek's shape: 8 at 512 + 8 at 1088 (ends mid-block), 16 heads.
+  auto reqs = repeat(8, 512, 1);
+  for (const auto& r : repeat(8, 1088, 1)) reqs.push_back(r);
+  const Outcome r = run_case(make(mla_spec(16), reqs), 64);
+  EXPECT_VALID(r);
+}
+
+TEST(FlashMlaGpu, SplitAndUnsplitRequestsInOneLaunch) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // One long request is cut into many pieces, the short ones stay whole; a request of one key.
+  std::vector<RequestShape> reqs = {{20000, 1}, {5, 1}, {0, 1}, {700, 1}, {63, 1}, {64, 1}, {3000, 1}};
+  const Batch b = make(mla_spec(16), reqs);
+  const Outcome r = run_case(b, 48);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("split_reqs="), std::string::npos);
+  EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+}
+
+TEST(FlashMlaGpu, Decode128HeadsTwoMBlocks) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Outcome r = run_case(make(mla_spec(128), {{1500, 1}, {4000, 1}, {33, 1}}), 24);
+  EXPECT_VALID(r);
+}
+
+TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // q_len 2: the first token must not see the second (causal between them); 1-key-context and
+  // block-boundary lengths.
+  const Outcome r = run_case(make(mla_spec(16), {{0, 2}, {1, 2}, {62, 2}, {126, 2}, {2049, 2}, {9000, 2}}), 48);
+  EXPECT_VALID(r);
+  const Outcome r128 = run_case(make(mla_spec(128), {{300, 2}, {5000, 2}}), 16);
+  EXPECT_VALID(r128);
+}
+
+TEST(FlashMlaGpu, Fp16) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Outcome r = run_case(make(mla_spec(16, DType::f16), {{777, 1}, {4100, 1}}), 32);
+  EXPECT_VALID(r);
+}
+
+// The same batch run with one partition per request (no request split) and with many splits
+// agree to rounding, and a CUDA graph captured once replays to the same bits.
+TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Batch b = make(mla_spec(16), {{8000, 1}, {3000, 1}, {100, 1}});
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const auto backend = make_flashmla_backend();
+
+  auto inst = backend->create(b, m, RunOptions{});
+  inst->plan();
+  inst->poison();
+  inst->run();
+  const AttentionOutput split = inst->fetch();
+  EXPECT_EQ(inst->plan_summary().find("split_reqs=0 "), std::string::npos) << inst->plan_summary();
+
+  // Graph: capture run() once, poison, replay.
+  cudaStream_t s = static_cast<cudaStream_t>(inst->stream());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  inst->poison();
+  inst->synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  inst->run();
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  inst->poison();
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  const AttentionOutput replay = inst->fetch();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ASSERT_EQ(split.o.size(), replay.o.size());
+  EXPECT_EQ(std::memcmp(split.o.data(), replay.o.data(), split.o.size() * sizeof(float)), 0);
+
+  // One SM's worth of partitions is not reachable through RunOptions on a device, so compare
+  // against each request run alone with its own schedule: a lone short request is one piece.
+  Batch alone = make(mla_spec(16), {{100, 1}});
+  alone.request_ids = {2};  // the values of request 2 of the batch
+  auto inst1 = backend->create(alone, build_common_metadata(alone), RunOptions{});
+  inst1->plan();
+  inst1->poison();
+  inst1->run();
+  const AttentionOutput one = inst1->fetch();
+  ASSERT_EQ(one.o.size() * 3, split.o.size());
+  // Request 2 (100 keys) in the batch vs alone: the schedules differ, values are the same.
+  double max_diff = 0;
+  const size_t off = 2 * one.o.size();
+  for (size_t i = 0; i < one.o.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(one.o[i]) - split.o[off + i]));
+  EXPECT_LT(max_diff, 4e-3);  // a few bf16 ulps of |o| <~ 0.5
+}
+
+TEST(FlashMlaGpu, PrefillDeepseekShape) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // mla_prefill_deepseek: 2 decodes + a 64-token chunk after 192 cached + 48 after 64; the
+  // prefills come first in batch order here, so the internal decode-first order is exercised.
+  // Known gap: with contexts this short the bf16 rounding of the up-projected V (and k_nope)
+  // that vLLM's MLA prefill feeds to the attention kernel is not averaged away: measured 1.70 x
+  // the output floor against the default 1.6 x (4 x 4096 on 8k cached: 1.27 x). This test holds
+  // it to 2.0 x; `validate scenarios/mla_prefill_deepseek.toml` reports the default-budget fail.
+  const Outcome r = run_case(make(mla_spec(16), {{192, 64}, {128, 1}, {64, 48}, {128, 1}}), 0, {}, 2.0);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("prefills=2 context_chunks=1"), std::string::npos) << r.plan;
+}
+
+TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // A 128-token workspace over 3 prefills with context: 64-token chunks, 4 passes over the
+  // 200-token context; the 64- and 0-token contexts have empty chunks (bug class 11).
+  FlashMlaOptions o;
+  o.workspace_tokens = 128;
+  const Outcome r = run_case(make(mla_spec(16), {{200, 70}, {64, 33}, {0, 17}, {5, 1}, {130, 3}}), 0, o);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("context_chunks=4 chunk=64"), std::string::npos) << r.plan;
+}
+
+TEST(FlashMlaGpu, Prefill128HeadsNoContext) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Outcome r = run_case(make(mla_spec(128), {{0, 100}, {0, 7}}), 24);
+  EXPECT_VALID(r);
+}
+
+TEST(FlashMlaGpu, UnsupportedFeaturesSaySo) {
+  const auto backend = make_flashmla_backend();
+  AttentionSpec s = mla_spec(16);
+  const Batch b = make(s, {{100, 1}});
+  AttentionSpec w = s;
+  w.sliding_window = 128;
+  EXPECT_NE(flashmla_unsupported_reason(w, b).find("FlashMLAImpl does not support"), std::string::npos);
+  AttentionSpec e = s;
+  e.attn_type = AttentionType::encoder_only;
+  EXPECT_NE(flashmla_unsupported_reason(e, b).find("Encoder self-attention"), std::string::npos);
+  AttentionSpec f = s;
+  f.kv_cache_dtype = DType::fp8_e4m3;
+  EXPECT_EQ(flashmla_unsupported_reason(f, b), "FlashMLA with FP8 KV cache not yet supported");
+  AttentionSpec bs = s;
+  bs.block_size = 16;
+  EXPECT_NE(flashmla_unsupported_reason(bs, b).find("block size 16"), std::string::npos);
+  const Batch prefill = make(s, {{100, 1}, {64, 48}});
+  EXPECT_TRUE(flashmla_unsupported_reason(s, prefill).empty());
+  EXPECT_TRUE(flashmla_unsupported_reason(s, b).empty());
+}
+
+}  // namespace
+}  // namespace attn
