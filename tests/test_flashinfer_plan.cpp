@@ -128,3 +128,35 @@ TEST(FlashInferPlan, PrefillShortChunkOnLongContextSplitsKv) {
 
 }  // namespace
 }  // namespace attn::flashinfer
+
+namespace attn::flashinfer {
+namespace {
+
+TEST(FlashInferPlan, HyperparametersFixedAtPlanTime) {
+  AttentionSpec s;
+  s.sliding_window = 4096;
+  s.logits_soft_cap = 50.f;
+  s.scale = 0.0625f;
+  const PlanHyperparameters planned = hyperparameters_of(s);
+  EXPECT_EQ(planned.window_left, 4095);  // vLLM: window_left = sliding_window - 1
+  EXPECT_NO_THROW(check_hyperparameters(planned, hyperparameters_of(s)));
+  AttentionSpec other = s;
+  other.sliding_window = 0;
+  try {
+    check_hyperparameters(planned, hyperparameters_of(other));
+    FAIL() << "a different window was accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("4095"), std::string::npos) << what;  // both values named
+    EXPECT_NE(what.find("-1"), std::string::npos) << what;
+  }
+  other = s;
+  other.logits_soft_cap = 30.f;
+  EXPECT_THROW(check_hyperparameters(planned, hyperparameters_of(other)), InputError);
+  other = s;
+  other.scale = 0.08f;
+  EXPECT_THROW(check_hyperparameters(planned, hyperparameters_of(other)), InputError);
+}
+
+}  // namespace
+}  // namespace attn::flashinfer

@@ -36,19 +36,21 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
     stride = seq_rows;
   }
 
-  // Weights e^(lse_i - max) / sum; a side with lse = -inf weighs 0.
+  // Weights e^(lse_i - max) / sum (2^ in base 2); a side with lse = -inf weighs 0.
+  const bool base2 = p.lse_base2 != 0;
+  auto weight = [base2](float x) { return base2 ? exp2f(x) : expf(x); };
   float m = -INFINITY;
   for (int i = 0; i < count; ++i) m = fmaxf(m, p.lse_partial[first + i * stride]);
   const float m_use = m == -INFINITY ? 0.f : m;
   float total = 0.f;
-  for (int i = 0; i < count; ++i) total += expf(p.lse_partial[first + i * stride] - m_use);
+  for (int i = 0; i < count; ++i) total += weight(p.lse_partial[first + i * stride] - m_use);
   const float inv = total > 0.f ? 1.f / total : 0.f;
 
   Element* o = static_cast<Element*>(p.o) + row * p.head_size;
   for (int d = lane * 4; d < p.head_size; d += 128) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < count; ++i) {
-      const float w = expf(p.lse_partial[first + i * stride] - m_use) * inv;
+      const float w = weight(p.lse_partial[first + i * stride] - m_use) * inv;
       if (w == 0.f) continue;  // an empty side may hold zeros; never read it into the sum
       const float4 v = *reinterpret_cast<const float4*>(p.o_partial + (first + i * stride) * p.head_size + d);
       acc.x += w * v.x;
@@ -63,7 +65,8 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
   }
   if (lane == 0 && p.lse) {
     const int64_t token = row / p.num_heads, head = row % p.num_heads;
-    p.lse[token * p.lse_token_stride + head * p.lse_head_stride] = total > 0.f ? m_use + logf(total) : -INFINITY;
+    p.lse[token * p.lse_token_stride + head * p.lse_head_stride] =
+        total > 0.f ? m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
   }
 }
 

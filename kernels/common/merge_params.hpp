@@ -29,6 +29,8 @@ struct MergeAttnParams {
   int head_size;
   const int32_t* seq_partials = nullptr;  // [num_tokens / tokens_per_seq + 1] prefix sums, or nullptr
   int tokens_per_seq = 1;
+  // FlashInfer's convention: every LSE, in and out, is log2 of the sum (lse2 = lse / ln 2).
+  int lse_base2 = 0;
 };
 
 }  // namespace attn

@@ -71,6 +71,18 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Two packed 16-bit values -> float2 (.x from the low half).
+template <class Element>
+__device__ __forceinline__ float2 to_float2(uint32_t w);
+template <>
+__device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+template <>
+__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
 template <class Element>
 __device__ __forceinline__ Element from_float(float x);
 template <>

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "kernels/common/fp8_widen.cuh"
+#include "kernels/common/mma_softmax.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
 #include "kernels/flash_attn/flash_mask.cuh"
@@ -277,31 +278,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
             }
           }
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < Tr::kNFrags; ++j) mx = fmaxf(mx, fmaxf(acc_s[mi][j][2 * h], acc_s[mi][j][2 * h + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          mx = fmaxf(row_max[mi][h], mx * s_scale);
-          const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
-          const float corr = fast_exp2(row_max[mi][h] - m_use);
-          row_max[mi][h] = mx;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < Tr::kNFrags; ++j) {
-            acc_s[mi][j][2 * h] = fast_exp2(fmaf(acc_s[mi][j][2 * h], s_scale, -m_use));
-            acc_s[mi][j][2 * h + 1] = fast_exp2(fmaf(acc_s[mi][j][2 * h + 1], s_scale, -m_use));
-            sum += acc_s[mi][j][2 * h] + acc_s[mi][j][2 * h + 1];
-          }
-          row_sum[mi][h] = row_sum[mi][h] * corr + sum;
-#pragma unroll
-          for (int d = 0; d < Tr::kDFrags; ++d) {
-            acc_o[mi][d][2 * h] *= corr;
-            acc_o[mi][d][2 * h + 1] *= corr;
-          }
-        }
+        mma_softmax_update(acc_s[mi], acc_o[mi], row_max[mi], row_sum[mi], s_scale);
       }
 
       // ---- O += P V ----
@@ -309,12 +286,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       for (int kk = 0; kk < Tr::kComputeN / 16; ++kk) {
         uint32_t a[Tr::kMFrags][4];
 #pragma unroll
-        for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-          a[mi][0] = pack2<Element>(acc_s[mi][2 * kk][0], acc_s[mi][2 * kk][1]);
-          a[mi][1] = pack2<Element>(acc_s[mi][2 * kk][2], acc_s[mi][2 * kk][3]);
-          a[mi][2] = pack2<Element>(acc_s[mi][2 * kk + 1][0], acc_s[mi][2 * kk + 1][1]);
-          a[mi][3] = pack2<Element>(acc_s[mi][2 * kk + 1][2], acc_s[mi][2 * kk + 1][3]);
-        }
+        for (int mi = 0; mi < Tr::kMFrags; ++mi) p_fragment<Element>(a[mi], acc_s[mi], kk);
         const int key = wkey0 + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
         if constexpr (!kFp8) {
 #pragma unroll

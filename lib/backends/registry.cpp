@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #if defined(ATTN_WITH_CUDA)
 #include "backends/flash_attn/flash_attn_backend.hpp"
+#include "backends/flashinfer/flashinfer_backend.hpp"
 #include "backends/flashmla/flashmla_backend.hpp"
 #endif
 
@@ -15,6 +16,7 @@ std::vector<std::unique_ptr<Backend>> make_registry() {
   std::vector<std::unique_ptr<Backend>> registry;
 #if defined(ATTN_WITH_CUDA)
   registry.push_back(make_flash_attn_backend());
+  registry.push_back(make_flashinfer_backend());
   registry.push_back(make_flashmla_backend());  // MLA layers (FLASH_ATTN refuses them)
 #endif
   registry.push_back(make_cpu_backend());

@@ -21,6 +21,11 @@ struct CacheView {
 // Derived from KvCacheLayout::k_index/v_index, so it follows the layout's own definition.
 CacheView cache_view(const KvCacheLayout& layout);
 
+// reshape_and_cache_flash of the batch's new tokens into `cache` (a tensor of the view's layout):
+// key/value [num_tokens, Hkv, D] model dtype, slot_mapping [num_tokens] int64 (device).
+ReshapeAndCacheParams cache_write_params(const Batch& b, const CacheView& view, void* cache,
+                                         const int64_t* slot_mapping, const void* key, const void* value);
+
 // The fill of one batch's cache, bound once (its tables uploaded), launchable many times
 // (e.g. one cache per layer, or inside a benchmark loop).
 class DeviceCacheFill {

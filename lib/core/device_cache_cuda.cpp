@@ -95,4 +95,30 @@ DeviceBuffer make_device_cache(const Batch& b, const KvCacheLayout& layout, cuda
   return cache;
 }
 
+ReshapeAndCacheParams cache_write_params(const Batch& b, const CacheView& view, void* cache,
+                                         const int64_t* slot_mapping, const void* key, const void* value) {
+  const AttentionSpec& s = b.spec;
+  const std::size_t es = dtype_size(s.kv_cache_dtype);
+  ReshapeAndCacheParams rc{};
+  rc.key = key;
+  rc.value = value;
+  rc.key_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_qk;
+  rc.value_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_v;
+  rc.slot_mapping = slot_mapping;
+  rc.k_cache = static_cast<uint8_t*>(cache) + view.k_offset * es;
+  rc.v_cache = static_cast<uint8_t*>(cache) + view.v_offset * es;
+  rc.k_strides = view.k;
+  rc.v_strides = view.v;
+  rc.num_tokens = b.num_tokens();
+  rc.num_kv_heads = s.num_kv_heads;
+  rc.head_size_k = s.head_size_qk;
+  rc.head_size_v = s.head_size_v;
+  rc.block_size = s.block_size;
+  rc.k_scale = s.k_scale;
+  rc.v_scale = s.v_scale;
+  rc.input_dtype = s.dtype;
+  rc.cache_dtype = s.kv_cache_dtype;
+  return rc;
+}
+
 }  // namespace attn

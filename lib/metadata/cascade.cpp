@@ -71,4 +71,31 @@ CascadeDecision use_cascade_attention(int common_prefix_len, std::span<const int
   return {false, fmt::format("cascade cost {} >= FlashDecoding cost {}", cascade_cost, fd_cost)};
 }
 
+CascadeChoice choose_cascade(const Batch& b, const CommonAttentionMetadata& m, CascadeMode mode, int num_sms) {
+  const AttentionSpec& spec = b.spec;
+  CascadeChoice c;
+  const int prefix = common_prefix_len(b, m);
+  if (mode == CascadeMode::off) {
+    c.reason = "off by option";
+  } else if (prefix <= 0) {
+    c.reason = "no shared prefix";
+  } else if (!m.causal) {
+    c.reason = "non-causal attention";
+  } else if (spec.alibi || spec.sliding_window > 0 || b.local_attention_chunk > 0) {
+    c.reason = "ALiBi, sliding window or local attention in use";
+  } else if (mode == CascadeMode::on) {
+    c.use = true;
+    c.reason = "on by option";
+  } else {
+    std::vector<int32_t> query_lens(static_cast<std::size_t>(m.num_reqs));
+    for (int r = 0; r < m.num_reqs; ++r) query_lens[static_cast<std::size_t>(r)] = m.query_len(r);
+    const CascadeDecision d = use_cascade_attention(prefix, query_lens, spec.num_q_heads, spec.num_kv_heads, spec.alibi,
+                                                    spec.sliding_window > 0, b.local_attention_chunk > 0, num_sms);
+    c.use = d.use;
+    c.reason = d.reason;
+  }
+  if (c.use) c.prefix_len = prefix;
+  return c;
+}
+
 }  // namespace attn

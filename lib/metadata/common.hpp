@@ -73,4 +73,13 @@ CascadeDecision use_cascade_attention(int common_prefix_len, std::span<const int
                                       int num_q_heads, int num_kv_heads, bool use_alibi,
                                       bool use_sliding_window, bool use_local_attention, int num_sms);
 
+// A backend's cascade choice for batch b: off by option, impossible (no shared prefix,
+// non-causal, ALiBi, sliding window, local attention), forced on by option, or vLLM's rule.
+struct CascadeChoice {
+  bool use = false;
+  int prefix_len = 0;  // shared tokens served by the prefix pass (whole blocks), when used
+  std::string reason;
+};
+CascadeChoice choose_cascade(const Batch& b, const CommonAttentionMetadata& m, CascadeMode mode, int num_sms);
+
 }  // namespace attn

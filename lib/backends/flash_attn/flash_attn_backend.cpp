@@ -8,8 +8,8 @@
 
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/device.hpp"
+#include "core/device_upload.hpp"
 #include "core/device_cache.hpp"
-#include "core/parallel.hpp"
 #include "kernels/cache/cache_launch.hpp"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
@@ -17,33 +17,6 @@
 
 namespace attn {
 namespace {
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) buf.upload(v.data(), v.size() * sizeof(T));
-  return buf;
-}
-
-// Every new token's value of one input tensor in `dtype`: [num_tokens, heads, head_size].
-template <class Fn>
-DeviceBuffer upload_token_values(const Batch& b, int heads, int head_size, DType dtype, Fn value) {
-  const int64_t T = b.num_tokens();
-  std::vector<uint8_t> host(static_cast<std::size_t>(T * heads * head_size) * dtype_size(dtype));
-  parallel_for(b.num_reqs(), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const RequestShape& rq = b.requests[r];
-      for (int i = 0; i < rq.query_len; ++i) {
-        const int64_t tok = b.query_start_loc[r] + i;
-        for (int h = 0; h < heads; ++h)
-          for (int d = 0; d < head_size; ++d)
-            store_as(dtype, host.data(), static_cast<std::size_t>((tok * heads + h) * head_size + d),
-                     value(static_cast<int>(r), rq.context_len + i, h, d));
-      }
-    }
-  });
-  return upload(host);
-}
 
 class FlashAttnInstance final : public BackendInstance {
  public:
@@ -69,16 +42,16 @@ class FlashAttnInstance final : public BackendInstance {
     nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));
     launch_fill_nan(nan_kv_.data(), std::max<int64_t>(T, 1) * s.num_kv_heads * D, s.dtype, stream_);
 
-    block_table_ = upload(m.block_table);
-    seq_lens_ = upload(m.seq_lens);
-    query_start_loc_ = upload(m.query_start_loc);
-    slot_mapping_ = upload(m.slot_mapping);
+    block_table_ = upload_vector(m.block_table);
+    seq_lens_ = upload_vector(m.seq_lens);
+    query_start_loc_ = upload_vector(m.query_start_loc);
+    slot_mapping_ = upload_vector(m.slot_mapping);
     if (s.kv_fp8()) {
-      k_descale_ = upload(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.k_scale));
-      v_descale_ = upload(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.v_scale));
+      k_descale_ = upload_vector(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.k_scale));
+      v_descale_ = upload_vector(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.v_scale));
     }
-    if (!b.alibi.empty()) alibi_ = upload(b.alibi);
-    if (!b.sinks.empty()) sinks_ = upload(b.sinks);
+    if (!b.alibi.empty()) alibi_ = upload_vector(b.alibi);
+    if (!b.sinks.empty()) sinks_ = upload_vector(b.sinks);
 
     o_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * D * dtype_size(s.dtype));
     lse_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * sizeof(float));
@@ -190,26 +163,7 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    const AttentionSpec& s = batch_.spec;
-    ReshapeAndCacheParams rc{};
-    rc.key = k;
-    rc.value = v;
-    rc.key_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_qk;
-    rc.value_stride = static_cast<int64_t>(s.num_kv_heads) * s.head_size_v;
-    rc.slot_mapping = slot_mapping_.as<int64_t>();
-    rc.k_cache = cache_.as<uint8_t>() + view_.k_offset * dtype_size(s.kv_cache_dtype);
-    rc.v_cache = cache_.as<uint8_t>() + view_.v_offset * dtype_size(s.kv_cache_dtype);
-    rc.k_strides = view_.k;
-    rc.v_strides = view_.v;
-    rc.num_tokens = batch_.num_tokens();
-    rc.num_kv_heads = s.num_kv_heads;
-    rc.head_size_k = s.head_size_qk;
-    rc.head_size_v = s.head_size_v;
-    rc.block_size = s.block_size;
-    rc.k_scale = s.k_scale;
-    rc.v_scale = s.v_scale;
-    rc.input_dtype = s.dtype;
-    rc.cache_dtype = s.kv_cache_dtype;
+    const ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
     if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
   }
 

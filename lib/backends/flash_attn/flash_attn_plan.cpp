@@ -62,33 +62,17 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   for (int r = 0; r < m.num_reqs; ++r) query_lens[r] = m.query_len(r);
 
   FlashAttnSchedule s;
-  const int prefix = common_prefix_len(b, m);
-  if (opts.cascade == CascadeMode::off) {
-    s.cascade_reason = "off by option";
-  } else if (prefix <= 0) {
-    s.cascade_reason = "no shared prefix";
-  } else if (!m.causal) {
-    s.cascade_reason = "non-causal attention";
-  } else if (spec.alibi || spec.sliding_window > 0 || b.local_attention_chunk > 0) {
-    s.cascade_reason = "ALiBi, sliding window or local attention in use";
-  } else if (opts.cascade == CascadeMode::on) {
-    s.cascade = true;
-    s.cascade_reason = "on by option";
-  } else {
-    const CascadeDecision d = use_cascade_attention(prefix, query_lens, spec.num_q_heads, spec.num_kv_heads,
-                                                    spec.alibi, spec.sliding_window > 0,
-                                                    b.local_attention_chunk > 0, num_sms);
-    s.cascade = d.use;
-    s.cascade_reason = d.reason;
-  }
+  const CascadeChoice cascade = choose_cascade(b, m, opts.cascade, num_sms);
+  s.cascade = cascade.use;
+  s.cascade_reason = cascade.reason;
 
   if (s.cascade) {
-    s.prefix_len = prefix;
+    s.prefix_len = cascade.prefix_len;
     const int32_t num_tokens = static_cast<int32_t>(m.num_actual_tokens);
-    s.prefix = make_flash_attn_pass({num_tokens}, {prefix}, false, gqa, spec.head_size_qk, spec.num_kv_heads,
+    s.prefix = make_flash_attn_pass({num_tokens}, {s.prefix_len}, false, gqa, spec.head_size_qk, spec.num_kv_heads,
                                     num_sms, 0);
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, true, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, prefix);
+                                  num_sms, s.prefix_len);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
                                   num_sms, 0);

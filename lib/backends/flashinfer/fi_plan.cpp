@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace attn::flashinfer {
@@ -153,6 +155,22 @@ PrefillPlan plan_prefill(const PagedKvCsr& csr, int num_qo_heads, int num_kv_hea
     p.o_indptr.push_back(p.o_indptr.back() + q_len * static_cast<int32_t>(kv_chunks));
   }
   return p;
+}
+
+PlanHyperparameters hyperparameters_of(const AttentionSpec& spec) {
+  return {spec.sliding_window > 0 ? spec.sliding_window - 1 : -1, spec.logits_soft_cap, spec.scale};
+}
+
+void check_hyperparameters(const PlanHyperparameters& planned, const PlanHyperparameters& layer) {
+  if (planned.window_left != layer.window_left)
+    throw InputError(fmt::format("flashinfer: the plan was made for window_left {} but the layer has window_left {}",
+                                 planned.window_left, layer.window_left));
+  if (planned.logits_soft_cap != layer.logits_soft_cap)
+    throw InputError(fmt::format("flashinfer: the plan was made for logits_soft_cap {} but the layer has {}",
+                                 planned.logits_soft_cap, layer.logits_soft_cap));
+  if (planned.sm_scale != layer.sm_scale)
+    throw InputError(fmt::format("flashinfer: the plan was made for sm_scale {} but the layer has {}", planned.sm_scale,
+                                 layer.sm_scale));
 }
 
 }  // namespace attn::flashinfer

@@ -74,4 +74,17 @@ int prefill_cta_tile_q(double mean_packed_qo_len, int head_dim);
 PrefillPlan plan_prefill(const PagedKvCsr& csr, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
                          int num_sms);
 
+// ---- plan-time hyper-parameters ---------------------------------------------------------------
+// FlashInfer fixes the window, the soft cap and the softmax scale in plan() (vLLM's
+// infer_global_hyperparameters: one value for every layer); run() on a layer whose values
+// differ is an error naming both, never a silently different result.
+struct PlanHyperparameters {
+  int window_left = -1;       // sliding_window - 1, or -1 (off)
+  float logits_soft_cap = 0;  // 0 = off
+  float sm_scale = 0;
+};
+PlanHyperparameters hyperparameters_of(const AttentionSpec& spec);
+// Throws InputError when `layer` differs from what was planned.
+void check_hyperparameters(const PlanHyperparameters& planned, const PlanHyperparameters& layer);
+
 }  // namespace attn::flashinfer

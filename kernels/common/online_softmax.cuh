@@ -1,0 +1,53 @@
+#pragma once
+// The online-softmax state of one query row in log2 units (scores already multiplied by
+// log2 e): running max m, denominator d = sum 2^(s - m), and the factor that rescales an
+// output accumulated against an older max. Shared by the kernels that keep a row's state in
+// one thread (CUDA-core decode) or merge per-slice states in shared memory.
+#include <cmath>
+
+#include "kernels/common/ptx.cuh"
+
+namespace attn::kern {
+
+struct OnlineSoftmaxRow {
+  float m = -INFINITY;  // running max (log2 units); -inf while no key was visible
+  float d = 0.f;        // sum of 2^(s - m) over the keys seen
+  float last_weight = 0.f;  // absorb(): the weight of the absorbed state's output
+
+  // Folds N scores in: s[j] becomes p_j = 2^(s_j - m_new) (0 for masked -inf scores). Returns
+  // the factor by which an output accumulated so far must be multiplied.
+  template <int N>
+  __device__ __forceinline__ float update(float (&s)[N]) {
+    float mx = m;
+#pragma unroll
+    for (int j = 0; j < N; ++j) mx = fmaxf(mx, s[j]);
+    const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
+    const float corr = fast_exp2(m - m_use);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      s[j] = fast_exp2(s[j] - m_use);
+      sum += s[j];
+    }
+    d = d * corr + sum;
+    m = mx;
+    return corr;
+  }
+
+  // Merges another state (m2, d2) in. Returns the factor for this state's output; the other
+  // output's factor is left in last_weight.
+  __device__ __forceinline__ float absorb(float m2, float d2) {
+    const float mx = fmaxf(m, m2);
+    const float m_use = mx == -INFINITY ? 0.f : mx;
+    const float corr = exp2f(m - m_use);
+    last_weight = exp2f(m2 - m_use);
+    d = d * corr + d2 * last_weight;
+    m = mx;
+    return corr;
+  }
+
+  // log2 of the denominator over every key seen (FlashInfer's LSE); -inf with no key.
+  __device__ __forceinline__ float lse2() const { return d > 0.f ? m + log2f(d) : -INFINITY; }
+};
+
+}  // namespace attn::kern

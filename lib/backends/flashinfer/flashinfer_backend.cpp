@@ -1,0 +1,450 @@
+// FLASHINFER host side: vLLM's metadata builder (decodes first, CSR page tables), the plan
+// (split-KV work lists), and the run: reshape_and_cache_flash -> decode wrapper + prefill
+// wrapper (each merged in base 2 where it split) -> for cascade, the merge of the two levels.
+#include "backends/flashinfer/flashinfer_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backends/flashinfer/fi_plan.hpp"
+#include "core/device.hpp"
+#include "core/device_cache.hpp"
+#include "core/device_upload.hpp"
+#include "kernels/cache/cache_launch.hpp"
+#include "kernels/common/merge_launch.hpp"
+#include "kernels/flashinfer/fi_launch.hpp"
+#include "model/kv_cache.hpp"
+
+namespace attn {
+namespace {
+
+using flashinfer::PagedKvCsr;
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+// vLLM's use_tensor_cores rule, or every decode on tensor cores when ATTN_FI_TENSOR_CORE_DECODE=1
+// (A/B comparison of the two decode kernels on the same batch).
+bool decode_on_tensor_cores(int group) {
+  const char* force = std::getenv("ATTN_FI_TENSOR_CORE_DECODE");
+  return fi_decode_uses_tensor_cores(group) || (force != nullptr && std::string(force) == "1");
+}
+
+FiKernelConfig kernel_config(const AttentionSpec& s) {
+  return {s.head_size_qk, s.dtype, s.kv_cache_dtype, s.num_kv_heads > 0 ? s.num_q_heads / s.num_kv_heads : 0};
+}
+
+// Why vLLM's FlashInfer backend (or this build of it) does not run `spec`; "" when it does.
+std::string unsupported_reason(const AttentionSpec& s, const Batch* b) {
+  if (s.use_mla) return "MLA layers are served by FLASHMLA, not FLASHINFER";
+  if (s.alibi) return "ALiBi is not supported by vLLM's FlashInfer backend";
+  if (s.sinks) return "attention sinks are not supported by vLLM's FlashInfer backend of the seed";
+  if (b && b->local_attention_chunk > 0) return "chunked local attention is not supported by this FlashInfer backend";
+  if (s.head_size_qk != s.head_size_v)
+    return fmt::format("head_size_qk {} != head_size_v {}", s.head_size_qk, s.head_size_v);
+  if (s.num_kv_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0)
+    return fmt::format("num_q_heads {} is not a multiple of num_kv_heads {}", s.num_q_heads, s.num_kv_heads);
+  return fi_unsupported_reason(kernel_config(s));
+}
+
+// One wrapper launch: the decode (CUDA cores or tensor cores) or the prefill of a batch part,
+// or a cascade level, with its CSR table and work list on the device.
+struct Pass {
+  std::string name;
+  bool cuda_core_decode = false;  // else the prefill kernel
+  bool causal = true;
+  int token_begin = 0, num_tokens = 0;  // internal token rows of this part
+  int slot = -1;                        // -1: the final O; 0/1: the cascade level's fp32 slot
+  PagedKvCsr csr;
+  int cta_tile_q = 0;
+  int chunk_pages = 0;
+  bool split = false;
+  int num_work = 0, padded_work = 0;
+  int partial_rows = 0;
+  std::vector<int32_t> request_indices, qo_tile_indices, kv_tile_indices, o_indptr, merge_indptr;
+  // device copies
+  DeviceBuffer qo_indptr_d, indptr_d, indices_d, last_page_len_d, request_d, qo_tile_d, kv_tile_d, o_indptr_d,
+      merge_d, scalars_d;  // scalars: {chunk_pages, num_work}
+  std::vector<int32_t> scalars;
+};
+
+class FlashInferInstance final : public BackendInstance {
+ public:
+  FlashInferInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts)
+      : batch_(b), meta_(m), opts_(opts), config_(kernel_config(b.spec)), hyper_(flashinfer::hyperparameters_of(b.spec)) {
+    const AttentionSpec& s = b.spec;
+    num_sms_ = query_device_info().num_sms;
+    if (num_sms_ <= 0) num_sms_ = opts.num_sms;
+    const int64_t T = b.num_tokens();
+    const int D = s.head_size_qk;
+
+    // vLLM's reorder: decodes first. Internal token row i holds batch token token_of_[i].
+    std::vector<int32_t> query_lens(static_cast<std::size_t>(m.num_reqs));
+    for (int r = 0; r < m.num_reqs; ++r) query_lens[static_cast<std::size_t>(r)] = m.query_len(r);
+    const std::vector<int> order = reorder_batch_to_split_decodes_and_prefills(query_lens, 1);
+    internal_ = permute_requests(m, order);
+    for (int r : order)
+      for (int i = 0; i < m.query_len(r); ++i) token_of_.push_back(m.query_start_loc[static_cast<std::size_t>(r)] + i);
+
+    layout_ = make_cache_layout(b, CacheFormat::flashinfer);
+    view_ = cache_view(layout_);
+    cache_ = make_device_cache(b, layout_, stream_);
+
+    q_ = upload_token_values(b, s.num_q_heads, D, s.dtype, [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); },
+                             token_of_);
+    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
+                                 [&](int r, int pos, int h, int d) { return b.k_input(r, pos, h, d); });
+    v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
+                                 [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
+    nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));
+    launch_fill_nan(nan_kv_.data(), std::max<int64_t>(T, 1) * s.num_kv_heads * D, s.dtype, stream_);
+    slot_mapping_ = upload_vector(m.slot_mapping);
+
+    const int64_t rows = std::max<int64_t>(T, 1) * s.num_q_heads;
+    o_ = DeviceBuffer(rows * D * dtype_size(s.dtype));
+    lse_ = DeviceBuffer(rows * sizeof(float));
+
+    max_grid_ = fi_decode_blocks_per_sm(config_) * num_sms_;
+    plan_passes();  // sizes the workspaces; plan() recomputes the same schedule later
+    int64_t partial_rows = 1;
+    for (const Pass& p : passes_) partial_rows = std::max<int64_t>(partial_rows, p.partial_rows);
+    tmp_o_ = DeviceBuffer(partial_rows * s.num_q_heads * D * sizeof(float));
+    tmp_lse_ = DeviceBuffer(partial_rows * s.num_q_heads * sizeof(float));
+    if (cascade_.use) {
+      slot_o_ = DeviceBuffer(2 * rows * D * sizeof(float));
+      slot_lse_ = DeviceBuffer(2 * rows * sizeof(float));
+    }
+    upload_passes();
+    ATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void plan() override {
+    plan_passes();
+    upload_passes();
+  }
+
+  void run() override {
+    const AttentionSpec& s = batch_.spec;
+    // The layer's hyper-parameters must be the planned ones (infer_global_hyperparameters).
+    flashinfer::check_hyperparameters(hyper_, flashinfer::hyperparameters_of(s));
+    write_cache(k_new_.data(), v_new_.data());
+    for (const Pass& p : passes_) run_pass(p);
+    if (cascade_.use) {
+      // O = merge(level 0: the shared prefix, level 1: each request's own pages), base 2.
+      MergeAttnParams mp{};
+      mp.o_partial = slot_o_.as<float>();
+      mp.lse_partial = slot_lse_.as<float>();
+      mp.o = o_.data();
+      mp.lse = lse_.as<float>();
+      mp.lse_token_stride = s.num_q_heads;
+      mp.lse_head_stride = 1;
+      mp.num_partials = 2;
+      mp.num_tokens = static_cast<int>(batch_.num_tokens());
+      mp.num_heads = s.num_q_heads;
+      mp.head_size = s.head_size_v;
+      mp.lse_base2 = 1;
+      launch_merge_attn_states(mp, s.dtype, stream_);
+    }
+  }
+
+  void poison() override {
+    const AttentionSpec& s = batch_.spec;
+    const int64_t T = batch_.num_tokens();
+    launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
+    launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
+    write_cache(nan_kv_.data(), nan_kv_.data());
+  }
+
+  void synchronize() override { stream_.synchronize(); }
+
+  AttentionOutput fetch() override {
+    const AttentionSpec& s = batch_.spec;
+    stream_.synchronize();
+    AttentionOutput out;
+    out.num_tokens = batch_.num_tokens();
+    out.num_heads = s.num_q_heads;
+    out.head_size_v = s.head_size_v;
+    const int H = s.num_q_heads, D = s.head_size_v;
+    const std::size_t n = static_cast<std::size_t>(out.num_tokens) * H * D;
+    std::vector<uint8_t> raw(n * dtype_size(s.dtype));
+    if (n) o_.download(raw.data(), raw.size());
+    std::vector<float> lse2(static_cast<std::size_t>(out.num_tokens) * H);
+    if (!lse2.empty()) lse_.download(lse2.data(), lse2.size() * sizeof(float));
+    out.o.resize(n);
+    out.lse.resize(lse2.size());
+    // Internal rows back to batch order; FlashInfer's base-2 LSE to the natural log.
+    for (std::size_t i = 0; i < token_of_.size(); ++i) {
+      const std::size_t t = static_cast<std::size_t>(token_of_[i]);
+      for (int h = 0; h < H; ++h) {
+        out.lse[t * H + h] = lse2[i * H + h] * kLn2;
+        for (int d = 0; d < D; ++d)
+          out.o[(t * H + h) * D + d] = load_as(s.dtype, raw.data(), (i * H + h) * D + d);
+      }
+    }
+    return out;
+  }
+
+  bool on_device() const override { return true; }
+  void* stream() const override { return static_cast<void*>(stream_.get()); }
+
+  std::string plan_summary() const override {
+    std::string out;
+    for (const Pass& p : passes_) {
+      if (!out.empty()) out += " ";
+      out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
+                         p.cuda_core_decode ? std::string("cuda_cores") : fmt::format("tile_q={}", p.cta_tile_q),
+                         p.num_work, p.chunk_pages);
+    }
+    out += cascade_.use ? fmt::format(" cascade=on prefix={}", cascade_.prefix_len)
+                        : fmt::format(" cascade=off ({})", cascade_.reason);
+    return out;
+  }
+
+ private:
+  // The schedule of every wrapper (host arrays only).
+  void plan_passes() {
+    const AttentionSpec& s = batch_.spec;
+    const int ps = s.block_size;
+    passes_.clear();
+    cascade_ = choose_cascade(batch_, internal_, opts_.cascade, num_sms_);
+    const int skip_pages = cascade_.use ? cascade_.prefix_len / ps : 0;
+    const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(internal_, ps, skip_pages);
+    const int T = static_cast<int>(internal_.num_actual_tokens);
+    const int level1_slot = cascade_.use ? 1 : -1;
+
+    if (cascade_.use) {
+      // Level 0: every token against the shared prefix pages, as one query block, no mask.
+      Pass p;
+      p.name = "cascade_prefix";
+      p.causal = false;
+      p.token_begin = 0;
+      p.num_tokens = T;
+      p.slot = 0;
+      p.csr.qo_indptr = {0, T};
+      p.csr.paged_kv_indptr = {0, skip_pages};
+      p.csr.paged_kv_indices.assign(internal_.block_table.begin(), internal_.block_table.begin() + skip_pages);
+      p.csr.paged_kv_last_page_len = {ps};
+      plan_prefill_pass(p);
+      passes_.push_back(std::move(p));
+    }
+    if (md.split.num_decodes > 0) {
+      Pass p;
+      p.name = "decode";
+      p.causal = internal_.causal;
+      p.token_begin = 0;
+      p.num_tokens = static_cast<int>(md.split.num_decode_tokens);
+      p.slot = level1_slot;
+      p.csr = md.decode;
+      if (decode_on_tensor_cores(config_.group)) {
+        plan_prefill_pass(p);
+      } else {
+        const flashinfer::DecodePlan dp = flashinfer::plan_decode(p.csr, s.num_kv_heads, ps, max_grid_);
+        p.cuda_core_decode = true;
+        p.chunk_pages = dp.chunk_pages;
+        p.request_indices = dp.request_indices;
+        p.kv_tile_indices = dp.kv_tile_indices;
+        p.o_indptr = dp.o_indptr;
+        p.num_work = dp.num_work();
+        p.padded_work = dp.padded_work;
+        p.split = dp.num_work() > p.csr.num_reqs();
+        p.partial_rows = p.split ? dp.num_work() : 0;
+      }
+      passes_.push_back(std::move(p));
+    }
+    if (md.split.num_prefills > 0) {
+      Pass p;
+      p.name = "prefill";
+      p.causal = internal_.causal;
+      p.token_begin = static_cast<int>(md.split.num_decode_tokens);
+      p.num_tokens = static_cast<int>(md.split.num_prefill_tokens);
+      p.slot = level1_slot;
+      p.csr = md.prefill;
+      plan_prefill_pass(p);
+      passes_.push_back(std::move(p));
+    }
+  }
+
+  void plan_prefill_pass(Pass& p) const {
+    const AttentionSpec& s = batch_.spec;
+    const flashinfer::PrefillPlan pp =
+        flashinfer::plan_prefill(p.csr, s.num_q_heads, s.num_kv_heads, s.head_size_qk, s.block_size, num_sms_);
+    p.cuda_core_decode = false;
+    p.cta_tile_q = pp.cta_tile_q;
+    p.chunk_pages = pp.chunk_pages;
+    p.request_indices = pp.request_indices;
+    p.qo_tile_indices = pp.qo_tile_indices;
+    p.kv_tile_indices = pp.kv_tile_indices;
+    p.o_indptr = pp.o_indptr;
+    p.merge_indptr = pp.merge_indptr;
+    p.num_work = pp.num_work();
+    p.padded_work = pp.num_work();
+    p.split = pp.split_kv;
+    p.partial_rows = pp.split_kv ? pp.o_indptr.back() : 0;
+  }
+
+  void upload_passes() {
+    for (Pass& p : passes_) {
+      p.qo_indptr_d = upload_vector(p.csr.qo_indptr);
+      p.indptr_d = upload_vector(p.csr.paged_kv_indptr);
+      p.indices_d = upload_vector(p.csr.paged_kv_indices);
+      p.last_page_len_d = upload_vector(p.csr.paged_kv_last_page_len);
+      p.request_d = upload_vector(p.request_indices);
+      p.qo_tile_d = upload_vector(p.qo_tile_indices);
+      p.kv_tile_d = upload_vector(p.kv_tile_indices);
+      p.o_indptr_d = upload_vector(p.o_indptr);
+      p.merge_d = upload_vector(p.merge_indptr);
+      p.scalars = {p.chunk_pages, p.num_work};
+      p.scalars_d = upload_vector(p.scalars);
+    }
+  }
+
+  void run_pass(const Pass& pass) {
+    const AttentionSpec& s = batch_.spec;
+    const int H = s.num_q_heads, D = s.head_size_qk;
+    const int64_t T = batch_.num_tokens();
+    const std::size_t es = dtype_size(s.dtype);
+    const std::size_t kv_es = dtype_size(s.kv_cache_dtype);
+    if (pass.num_tokens == 0) return;
+
+    FiAttentionParams p{};
+    p.q = q_.as<uint8_t>() + static_cast<std::size_t>(pass.token_begin) * H * D * es;
+    p.qo_indptr = pass.qo_indptr_d.as<int32_t>();
+    p.kv.k = cache_.as<uint8_t>() + view_.k_offset * kv_es;
+    p.kv.v = cache_.as<uint8_t>() + view_.v_offset * kv_es;
+    p.kv.indptr = pass.indptr_d.as<int32_t>();
+    p.kv.indices = pass.indices_d.as<int32_t>();
+    p.kv.last_page_len = pass.last_page_len_d.as<int32_t>();
+    p.kv.page_size = s.block_size;
+    p.kv.page_stride = view_.k.block;
+    p.kv.head_stride = view_.k.head;
+    p.kv.slot_stride = view_.k.slot;
+    p.request_indices = pass.request_d.as<int32_t>();
+    p.qo_tile_indices = pass.cuda_core_decode ? nullptr : pass.qo_tile_d.as<int32_t>();
+    p.kv_tile_indices = pass.kv_tile_d.as<int32_t>();
+    p.o_indptr = pass.o_indptr_d.as<int32_t>();
+    p.kv_chunk_pages = pass.scalars_d.as<int32_t>();
+    p.num_work = pass.scalars_d.as<int32_t>() + 1;
+    const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
+    if (pass.slot < 0) {
+      p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+      p.lse = lse_.as<float>() + row0;
+      p.o_is_f32 = 0;
+    } else {
+      p.o = slot_o_.as<float>() + (pass.slot * T * H + row0) * D;
+      p.lse = slot_lse_.as<float>() + pass.slot * T * H + row0;
+      p.o_is_f32 = 1;
+    }
+    p.tmp_o = tmp_o_.as<float>();
+    p.tmp_lse = tmp_lse_.as<float>();
+    p.num_qo_heads = H;
+    p.num_kv_heads = s.num_kv_heads;
+    p.cta_tile_q = pass.cta_tile_q;
+    p.sm_scale = hyper_.sm_scale;
+    p.logits_soft_cap = hyper_.logits_soft_cap;
+    p.window_left = hyper_.window_left;
+    p.causal = pass.causal ? 1 : 0;
+    p.k_scale = s.kv_fp8() ? s.k_scale : 1.f;
+    p.v_scale = s.kv_fp8() ? s.v_scale : 1.f;
+    p.kv_fp8_e5m2 = s.kv_cache_dtype == DType::fp8_e5m2 ? 1 : 0;
+    if (pass.cuda_core_decode) {
+      launch_fi_decode(p, config_, pass.padded_work, stream_);
+    } else {
+      launch_fi_prefill(p, config_, pass.padded_work, stream_);
+    }
+    if (!pass.split) return;
+    // Split requests: their partial rows -> O (a request or token with one chunk was written
+    // directly and is skipped by the merge).
+    MergeAttnParams mp{};
+    mp.o_partial = tmp_o_.as<float>();
+    mp.lse_partial = tmp_lse_.as<float>();
+    mp.o = p.o;
+    mp.lse = p.lse;
+    mp.lse_token_stride = H;
+    mp.lse_head_stride = 1;
+    mp.num_tokens = pass.num_tokens;
+    mp.num_heads = H;
+    mp.head_size = D;
+    mp.seq_partials = pass.cuda_core_decode ? pass.o_indptr_d.as<int32_t>() : pass.merge_d.as<int32_t>();
+    mp.tokens_per_seq = 1;
+    mp.lse_base2 = 1;
+    launch_merge_attn_states(mp, pass.slot < 0 ? s.dtype : DType::f32, stream_);
+  }
+
+  void write_cache(const void* k, const void* v) {
+    const ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
+    if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
+  }
+
+  Batch batch_;
+  CommonAttentionMetadata meta_;
+  CommonAttentionMetadata internal_;  // decodes first
+  RunOptions opts_;
+  FiKernelConfig config_;
+  flashinfer::PlanHyperparameters hyper_;  // fixed at plan time
+  int num_sms_ = 0;
+  int max_grid_ = 0;
+  Stream stream_;
+  KvCacheLayout layout_;
+  CacheView view_;
+  CascadeChoice cascade_;
+  std::vector<Pass> passes_;
+  std::vector<int64_t> token_of_;  // [num_tokens] batch token of each internal row
+  DeviceBuffer cache_;             // (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
+  DeviceBuffer q_;                 // [num_tokens, Hq, D] model dtype, internal order
+  DeviceBuffer k_new_, v_new_;     // [num_tokens, Hkv, D] model dtype, batch order
+  DeviceBuffer nan_kv_;            // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots
+  DeviceBuffer slot_mapping_;      // [num_tokens] int64, batch order
+  DeviceBuffer o_;                 // [num_tokens, Hq, D] model dtype, internal order
+  DeviceBuffer lse_;               // [num_tokens, Hq] base 2, internal order
+  DeviceBuffer tmp_o_, tmp_lse_;   // [partial rows, Hq, D] / [partial rows, Hq] fp32, base 2
+  DeviceBuffer slot_o_, slot_lse_;  // cascade: [2, num_tokens, Hq, D] / [2, num_tokens, Hq] fp32, base 2
+};
+
+class FlashInferBackend final : public Backend {
+ public:
+  std::string name() const override { return "flashinfer"; }
+  std::string description() const override {
+    return "FlashInfer plan/run over CSR paged KV: CUDA-core and tensor-core decode, paged prefill, split-KV, "
+           "2-level cascade";
+  }
+  std::vector<std::string> features() const override {
+    return {
+#if defined(ATTN_QUICK_BUILD)
+        "head sizes: 128 (quick build)",
+#else
+        "head sizes: 64, 128, 256",
+#endif
+        "dtypes: fp16, bf16; kv cache: model dtype, fp8_e4m3, fp8_e5m2 (k_scale/v_scale host floats)",
+        "cache: FlashInfer layout (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND",
+        "decode: CUDA cores for GQA group <= 4, tensor cores (the prefill kernel) above",
+        "causal with context, window_left, logits soft cap (fixed at plan time)",
+        "split-KV plan (FlashInfer's scheduler), merge in base 2; 2-level cascade over a shared prefix",
+        "not supported (skipped with the reason): ALiBi, sinks, chunked local attention, MLA",
+    };
+  }
+  Support available() const override {
+    std::string why;
+    if (!cuda_device_present(&why)) return Support::no(why);
+    return Support::yes();
+  }
+  Support supports(const AttentionSpec& spec, const Batch& batch) const override {
+    const std::string why = unsupported_reason(spec, &batch);
+    if (!why.empty()) return Support::no(why);
+    return Support::yes();
+  }
+  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
+                                          const RunOptions& opts) const override {
+    const std::string why = unsupported_reason(batch.spec, &batch);
+    if (!why.empty()) throw RuntimeError("FLASHINFER cannot run this batch: " + why);
+    return std::make_unique<FlashInferInstance>(batch, m, opts);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_flashinfer_backend() { return std::make_unique<FlashInferBackend>(); }
+
+}  // namespace attn

@@ -1,0 +1,255 @@
+// FLASHINFER on the GPU against the float64 reference: random values, ragged batches, shuffled
+// pages, NaN page tails (the device fill), poisoned outputs before every run.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "backends/flashinfer/flashinfer_backend.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "metadata/common.hpp"
+#include "reference/reference.hpp"
+#include "validate/validate.hpp"
+
+namespace attn {
+namespace {
+
+AttentionSpec make_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
+  AttentionSpec s;
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_size_qk = s.head_size_v = d;
+  s.dtype = s.kv_cache_dtype = dtype;
+  s.block_size = block_size;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s;
+}
+
+struct Case {
+  AttentionSpec spec;
+  std::vector<RequestShape> requests;  // (context_len, query_len)
+  int shared_prefix_len = 0;
+  CascadeMode cascade = CascadeMode::off;
+  uint64_t seed = 7;
+};
+
+struct Outcome {
+  AttentionOutput out;
+  ValidationResult v;
+  std::string plan;
+};
+
+Batch make_case_batch(const Case& c) {
+  BatchShape shape;
+  shape.label = "test";
+  shape.requests = c.requests;
+  shape.shared_prefix_len = c.shared_prefix_len;
+  shape.block_allocation = BlockAllocation::shuffled;
+  return make_batch(c.spec, shape, c.seed);
+}
+
+Outcome run_case(const Case& c) {
+  const Batch b = make_case_batch(c);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const auto backend = make_flashinfer_backend();
+  const Support sup = backend->supports(b.spec, b);
+  EXPECT_TRUE(sup.ok) << sup.reason;
+  RunOptions opts;
+  opts.cascade = c.cascade;
+  auto inst = backend->create(b, m, opts);
+  inst->plan();
+  inst->poison();
+  inst->run();
+  Outcome r;
+  r.out = inst->fetch();
+  r.plan = inst->plan_summary();
+  r.v = validate_output(b, r.out, compute_reference(b), default_budget(b.spec.dtype));
+  return r;
+}
+
+// The decode of every group through the tensor-core path (the prefill kernel), as an A/B switch.
+struct ForceTensorCoreDecode {
+  ForceTensorCoreDecode() { setenv("ATTN_FI_TENSOR_CORE_DECODE", "1", 1); }
+  ~ForceTensorCoreDecode() { unsetenv("ATTN_FI_TENSOR_CORE_DECODE"); }
+};
+
+#define EXPECT_VALID(r)                                                                          \
+  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
+                          << " rel_l2 " << (r).v.rel_l2 << " x floor " << (r).v.err_over_floor             \
+                          << " lse_err " << (r).v.lse_max_abs_err << " unwritten " << (r).v.unwritten      \
+                          << " nan " << (r).v.nan_mismatches
+
+TEST(FlashInferGpu, DecodeCudaCoresGroups1To4) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (int g : {1, 2, 3, 4}) {
+    Case c{make_spec(4 * g, 4, 128)};
+    c.requests = {{333, 1}, {0, 1}, {1100, 1}, {15, 1}, {16, 1}, {2047, 1}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (group " << g << ")";
+    EXPECT_NE(r.plan.find("decode:cuda_cores"), std::string::npos) << r.plan;
+  }
+}
+
+TEST(FlashInferGpu, DecodeTensorCoresAgreeWithCudaCores) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (int g : {4, 5, 7, 8}) {
+    Case c{make_spec(2 * g, 2, 128)};
+    c.requests = {{900, 1}, {1, 1}, {4000, 1}, {77, 1}};
+    const Outcome tc_or_cc = run_case(c);
+    EXPECT_VALID(tc_or_cc) << " (group " << g << ")";
+    ForceTensorCoreDecode force;
+    const Outcome tc = run_case(c);
+    EXPECT_VALID(tc) << " (group " << g << ", tensor cores forced)";
+    EXPECT_NE(tc.plan.find("decode:tile_q=16"), std::string::npos) << tc.plan;
+    const OutputDiff d = diff_outputs(tc_or_cc.out, tc.out);
+    EXPECT_LT(d.rel_l2, 5e-3) << " (group " << g << ")";
+  }
+}
+
+TEST(FlashInferGpu, SplitKvForFewLongDecodes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 2, 128)};
+  c.requests = {{7000, 1}, {3333, 1}};
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  EXPECT_EQ(r.plan.find("work=2 "), std::string::npos) << "expected a split schedule: " << r.plan;
+}
+
+TEST(FlashInferGpu, MixedChunkedPrefillReordersDecodesFirst) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // Prefills before decodes in the batch: the builder moves the decodes first, fetch() restores order.
+  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  c.requests = {{0, 97}, {150, 1}, {40, 64}, {1000, 1}, {1000, 300}, {3, 19}, {5, 1}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashInferGpu, LongPrefillsAllTiles) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case big{make_spec(32, 8, 128)};  // mean packed length > 64: q tile 128
+  big.requests = {{0, 1500}, {700, 600}, {129, 255}};
+  const Outcome r = run_case(big);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("tile_q=128"), std::string::npos) << r.plan;
+  Case mid{make_spec(8, 8, 128)};  // mean packed 17..64: q tile 64
+  mid.requests = {{100, 40}, {0, 30}, {2000, 20}};
+  const Outcome m = run_case(mid);
+  EXPECT_VALID(m);
+  EXPECT_NE(m.plan.find("tile_q=64"), std::string::npos) << m.plan;
+}
+
+TEST(FlashInferGpu, WindowAndSoftCap) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(16, 8, 128)};
+  c.spec.sliding_window = 100;
+  c.spec.logits_soft_cap = 30.0f;
+  c.requests = {{0, 300}, {500, 1}, {90, 50}, {2000, 1}, {0, 1}};
+  EXPECT_VALID(run_case(c));
+}
+
+TEST(FlashInferGpu, HndEqualsNhd) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{300, 1}, {0, 60}, {1000, 1}, {64, 33}};
+  const Outcome nhd = run_case(c);
+  EXPECT_VALID(nhd);
+  c.spec.kv_layout = KvLayout::HND;
+  const Outcome hnd = run_case(c);
+  EXPECT_VALID(hnd);
+  EXPECT_TRUE(diff_outputs(nhd.out, hnd.out).bitwise_equal);
+}
+
+TEST(FlashInferGpu, Fp8CachesWithHostScales) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    for (int g : {4, 8}) {
+      Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
+      c.spec.kv_cache_dtype = kv;
+      c.spec.k_scale = 0.05f;
+      c.spec.v_scale = 0.03f;
+      c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
+      EXPECT_VALID(run_case(c)) << " (" << to_string(kv) << ", group " << g << ")";
+    }
+  }
+}
+
+TEST(FlashInferGpu, CascadeMatchesNonCascade) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(16, 4, 128)};
+  c.spec.logits_soft_cap = 30.0f;
+  c.shared_prefix_len = 512;
+  for (int i = 0; i < 12; ++i) c.requests.push_back({512 + 37 * i, 1});
+  c.requests.push_back({600, 45});
+  c.cascade = CascadeMode::on;
+  const Outcome on = run_case(c);
+  EXPECT_VALID(on);
+  EXPECT_NE(on.plan.find("cascade=on"), std::string::npos) << on.plan;
+  c.cascade = CascadeMode::off;
+  const Outcome off = run_case(c);
+  EXPECT_VALID(off);
+  EXPECT_LT(diff_outputs(on.out, off.out).rel_l2, 1e-2);
+}
+
+TEST(FlashInferGpu, CudaGraphReplay) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{300, 1}, {0, 60}, {1000, 1}};
+  const Batch b = make_case_batch(c);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  auto inst = make_flashinfer_backend()->create(b, m, RunOptions{});
+  inst->plan();
+  inst->synchronize();
+  auto stream = static_cast<cudaStream_t>(inst->stream());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  inst->run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  inst->poison();
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  const AttentionOutput out = inst->fetch();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(c.spec.dtype));
+  EXPECT_TRUE(v.pass) << v.failure;
+}
+
+#if !defined(ATTN_QUICK_BUILD)
+TEST(FlashInferGpu, HeadSizes64And256) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (int d : {64, 256}) {
+    for (int g : {2, 8}) {
+      Case c{make_spec(2 * g, 2, d)};
+      c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
+      EXPECT_VALID(run_case(c)) << " (head size " << d << ", group " << g << ")";
+    }
+  }
+}
+#endif
+
+TEST(FlashInferSelector, SkipsWithTheSeedsReasons) {
+  const auto backend = make_flashinfer_backend();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{10, 1}};
+  auto reason = [&](const AttentionSpec& s) {
+    Case k = c;
+    k.spec = s;
+    return backend->supports(s, make_case_batch(k)).reason;
+  };
+  AttentionSpec s = c.spec;
+  s.alibi = true;
+  EXPECT_NE(reason(s).find("ALiBi"), std::string::npos);
+  s = c.spec;
+  s.sinks = true;
+  EXPECT_NE(reason(s).find("sinks"), std::string::npos);
+  s = c.spec;
+  s.head_size_qk = s.head_size_v = 96;
+  EXPECT_NE(reason(s).find("96"), std::string::npos);
+  EXPECT_TRUE(backend->supports(c.spec, make_case_batch(c)).ok);
+}
+
+}  // namespace
+}  // namespace attn
