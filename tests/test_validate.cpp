@@ -180,6 +180,23 @@ TEST_F(ValidateFloorTest, TwiceTheFloorFails) {
   EXPECT_EQ(v.elements_over_budget, 0);  // each element is still inside its own bound
 }
 
+TEST_F(ValidateFloorTest, StoredIntermediatesRaiseTheFloorBySqrtOnePlusN) {
+  // One stored intermediate (FLASHMLA): the floor of the data flow is sqrt(2) x O's rounding, so
+  // 2 x the single rounding passes (1.41 x the data-flow floor) and 2 x the data-flow floor fails.
+  AttentionOutput two = scaled_rounding(2.0);
+  two.stored_roundings = 1;
+  const ValidationResult ok = validate_output(b, two, ref, budget);
+  EXPECT_TRUE(ok.pass) << ok.failure;
+  EXPECT_NEAR(ok.err_over_floor, 2.0 / std::sqrt(2.0), 1e-3);
+  AttentionOutput bug = scaled_rounding(2.0 * std::sqrt(2.0));
+  bug.stored_roundings = 1;
+  const ValidationResult v = validate_output(b, bug, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_NEAR(v.err_over_floor, 2.0, 1e-3);
+  // Without the declaration the same 2 x error fails, as before.
+  EXPECT_FALSE(validate_output(b, scaled_rounding(2.0), ref, budget).pass);
+}
+
 TEST_F(ValidateFloorTest, ElementBoundScalesWithTheRow) {
   // An element near zero may be off by a few u times its row's RMS, not by u times itself.
   AttentionOutput out = output_of(ref);

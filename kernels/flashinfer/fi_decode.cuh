@@ -21,6 +21,14 @@
 #include "kernels/flashinfer/fi_attention.cuh"
 #include "kernels/flashinfer/fi_params.hpp"
 
+// Tuning knobs of the CUDA-core decode (compile-time; measured in docs/PERF_NOTES.md).
+#ifndef ATTN_FI_DECODE_STAGE_KEYS
+#define ATTN_FI_DECODE_STAGE_KEYS 32
+#endif
+#ifndef ATTN_FI_DECODE_RING_BYTES
+#define ATTN_FI_DECODE_RING_BYTES 32768
+#endif
+
 namespace attn::fi {
 
 using namespace attn::kern;
@@ -44,17 +52,20 @@ struct DecodeTraits {
   }
   static constexpr int kBdz = bdz_for();
   static constexpr int kThreads = kBdx * kBdy * kBdz;
-  // Keys one thread copies per stage: MHA has a single query head per kv head, so its threads
-  // take several keys each to keep the stage (and the bytes in flight) as large as with GQA.
-  static constexpr int kTilePerBdx = kGroup == 1 ? (kKvFp8 ? 2 : 4) : 1;
+  // Keys one thread copies per stage, so that a stage holds about kStageKeysTarget keys: one
+  // barrier per stage, and a decode CTA does little work per key, so few large stages beat many
+  // small ones. (FlashInfer itself takes 1 key per thread with GQA, 2-4 for MHA.)
+  static constexpr int kStageKeysTarget = ATTN_FI_DECODE_STAGE_KEYS;
+  static constexpr int kTilePerBdx =
+      kStageKeysTarget / (kBdy * kBdz) > 1 ? kStageKeysTarget / (kBdy * kBdz) : 1;
   static constexpr int kKeysPerZ = kBdy * kTilePerBdx;
   static constexpr int kStageKeys = kBdz * kKeysPerZ;
   static constexpr int kRowBytes = kHeadDim * kKvBytes;
   static constexpr int kStageBytes = 2 * kStageKeys * kRowBytes;  // K then V
-  // About 16 KB in flight per CTA: a decode CTA computes little per key, so the ring has to
-  // cover the memory latency on its own.
+  // About ATTN_FI_DECODE_RING_BYTES of ring per CTA (at least 2 stages): the ring covers the
+  // memory latency, and its size sets how many CTAs share an SM (the plan's max_grid).
   static constexpr int stages_for() {
-    int s = 16384 / kStageBytes;
+    int s = ATTN_FI_DECODE_RING_BYTES / kStageBytes;
     return s < 2 ? 2 : (s > 8 ? 8 : s);
   }
   static constexpr int kStages = stages_for();

@@ -40,6 +40,11 @@ struct AttentionOutput {
   // The precision the backend computed and stored O in; it picks the default budget (DESIGN.md).
   // Unset = the model dtype (a bf16 kernel writing bf16 O). The cpu backend is fp32 throughout.
   std::optional<DType> precision;
+  // Intermediates the backend's data flow stores in that precision before O, each rounded once
+  // (FLASHMLA, as vLLM: the absorbed q_latent of a decode, the up-projected K/V of a prefill).
+  // The exact result cannot be reached through them: the floor grows to sqrt(1 + n) times the
+  // rounding of O alone (DESIGN.md, "Accuracy budgets").
+  int stored_roundings = 0;
 };
 
 class BackendInstance {

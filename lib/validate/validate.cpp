@@ -198,13 +198,17 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
   }
 
   const double u = unit_roundoff(budget.precision);
-  const Floor floor = precision_floor(ref.o, ref.checked, rows, ref.head_size_v, budget.precision);
-  auto row_scale = [&](int64_t r) { return u * floor.row_rms[static_cast<size_t>(r)]; };
+  Floor floor = precision_floor(ref.o, ref.checked, rows, ref.head_size_v, budget.precision);
+  // Stored intermediates add roundings of about the size of O's own, independent of it: the
+  // floor of the data flow, and the per-element scale, grow by sqrt(1 + n).
+  const double flow = std::sqrt(1.0 + std::max(out.stored_roundings, 0));
+  floor.rel_l2 *= flow;
+  auto row_scale = [&](int64_t r) { return u * flow * floor.row_rms[static_cast<size_t>(r)]; };
   const Accumulated acc = accumulate(
       out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v,
       [&](int64_t r, double w) {
         if (budget.fixed_elementwise()) return budget.atol.value_or(0) + budget.rtol.value_or(0) * std::abs(w);
-        return budget.k_abs * u * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]);
+        return budget.k_abs * u * flow * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]);
       },
       row_scale);
   v.elements_checked = acc.checked;
