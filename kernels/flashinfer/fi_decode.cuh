@@ -1,13 +1,14 @@
 #pragma once
 // FlashInfer's batch decode on CUDA cores (GQA group <= 4): one CTA per (work item, kv head).
 //
-// A thread is (tx, ty, tz): tx owns kVec consecutive head dims (one 16-byte vector of a cache
-// row), ty is the query head within the kv head's group, tz a slice of the keys. The bdx
-// threads of one (ty, tz) sit in consecutive lanes, so a score is a kVec-wide dot product
-// reduced by log2(bdx) shuffles. Keys stream through a multi-stage cp.async ring of shared
-// memory in pages of the CSR table; every thread of a tz slice loads K and V rows that all bdy
-// query heads then read, so each cache byte is read from memory once per kv head. Softmax runs
-// online in fp32 in log2 units; the tz slices merge their states in shared memory at the end.
+// A thread is (tx, tz): tx owns kVec consecutive head dims (one 16-byte vector of a cache row),
+// tz a slice of the keys; every thread holds the query vectors of all G heads of the kv head's
+// group. The bdx threads of a slice sit in consecutive lanes, so a score is a kVec-wide dot
+// product reduced by log2(bdx) shuffles. Keys stream through a multi-stage cp.async ring of
+// shared memory in pages of the CSR table; each K or V vector is widened to fp32 once and used
+// by all G heads (FlashInfer gives each head its own threads, which widens every vector G times:
+// measured 2150 GB/s against 2900 for MHA on 64 x 4k; DESIGN.md). Softmax runs online in fp32 in
+// log2 units; the slices merge their states in shared memory at the end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -26,7 +27,7 @@
 #define ATTN_FI_DECODE_STAGE_KEYS 32
 #endif
 #ifndef ATTN_FI_DECODE_RING_BYTES
-#define ATTN_FI_DECODE_RING_BYTES 32768
+#define ATTN_FI_DECODE_RING_BYTES 49152
 #endif
 
 namespace attn::fi {
@@ -43,23 +44,12 @@ struct DecodeTraits {
   // One 16-byte vector per thread and row (at least D / 32 elements so bdx <= 32).
   static constexpr int kVec = (16 / kKvBytes) > kHeadDim / 32 ? 16 / kKvBytes : kHeadDim / 32;
   static constexpr int kBdx = kHeadDim / kVec;
-  static constexpr int kBdy = kGroup;
-  // About 128 threads, in whole warps (the shuffles run on full warps).
-  static constexpr int bdz_for() {
-    int z = 128 / (kBdx * kBdy);
-    while (z > 1 && (kBdx * kBdy * z) % 32 != 0) --z;
-    return z < 1 ? 1 : z;
-  }
-  static constexpr int kBdz = bdz_for();
-  static constexpr int kThreads = kBdx * kBdy * kBdz;
-  // Keys one thread copies per stage, so that a stage holds about kStageKeysTarget keys: one
-  // barrier per stage, and a decode CTA does little work per key, so few large stages beat many
-  // small ones. (FlashInfer itself takes 1 key per thread with GQA, 2-4 for MHA.)
-  static constexpr int kStageKeysTarget = ATTN_FI_DECODE_STAGE_KEYS;
-  static constexpr int kTilePerBdx =
-      kStageKeysTarget / (kBdy * kBdz) > 1 ? kStageKeysTarget / (kBdy * kBdz) : 1;
-  static constexpr int kKeysPerZ = kBdy * kTilePerBdx;
-  static constexpr int kStageKeys = kBdz * kKeysPerZ;
+  static constexpr int kBdz = 128 / kBdx;  // key slices
+  static constexpr int kThreads = kBdx * kBdz;
+  // Keys one thread copies (and one slice computes) per stage, so that a stage holds about
+  // ATTN_FI_DECODE_STAGE_KEYS keys.
+  static constexpr int kTilePerBdx = ATTN_FI_DECODE_STAGE_KEYS / kBdz > 1 ? ATTN_FI_DECODE_STAGE_KEYS / kBdz : 1;
+  static constexpr int kStageKeys = kBdz * kTilePerBdx;
   static constexpr int kRowBytes = kHeadDim * kKvBytes;
   static constexpr int kStageBytes = 2 * kStageKeys * kRowBytes;  // K then V
   // About ATTN_FI_DECODE_RING_BYTES of ring per CTA (at least 2 stages): the ring covers the
@@ -70,10 +60,10 @@ struct DecodeTraits {
   }
   static constexpr int kStages = stages_for();
   static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kEpiBytes = kBdz * kBdy * (kHeadDim + 2) * 4;
+  static constexpr int kEpiBytes = kBdz * kGroup * (kHeadDim + 2) * 4;
   static constexpr int kSmemBytes = kRingBytes > kEpiBytes ? kRingBytes : kEpiBytes;
   static_assert(kBdx <= 32 && 32 % kBdx == 0, "a score's lanes must sit in one warp");
-  static_assert(kThreads % 32 == 0, "whole warps");
+  static_assert(kGroup <= kBdz, "the epilogue gives each query head one key slice of threads");
 };
 
 // kVec cache elements (16 bytes) -> float.
@@ -106,14 +96,14 @@ __device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_constant__ FiAttentionParams p) {
   using Element = typename Tr::Element;
-  constexpr int D = Tr::kHeadDim, kVec = Tr::kVec, kBdx = Tr::kBdx, kBdy = Tr::kBdy, kBdz = Tr::kBdz;
-  constexpr int kStages = Tr::kStages;
+  constexpr int D = Tr::kHeadDim, kVec = Tr::kVec, kBdx = Tr::kBdx, kBdz = Tr::kBdz, G = Tr::kGroup;
+  constexpr int kStages = Tr::kStages, kTile = Tr::kTilePerBdx;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int work = blockIdx.x;
   if (work >= *p.num_work) return;  // CUDA-graph padding: never reads an unplanned entry
   const int kvh = blockIdx.y;
-  const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
+  const int tx = threadIdx.x, tz = threadIdx.z;
 
   const int r = p.request_indices[work];
   const int chunk = p.kv_tile_indices[work];
@@ -124,20 +114,20 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
   if (p.window_left >= 0) key_begin = max(key_begin, kr.kv_len - 1 - p.window_left);
   const int key_end = kr.end;
 
-  const int head = kvh * kBdy + ty;
   const int64_t token = p.qo_indptr[r];
   const ScoreScale sc = score_scale(p);
   const bool e5m2 = p.kv_fp8_e5m2 != 0;
 
-  // q: [num_tokens, num_qo_heads, D]
-  float q[kVec];
-  {
-    const Element* src = static_cast<const Element*>(p.q) + (token * p.num_qo_heads + head) * D + tx * kVec;
+  // q of the group's G heads, dims [tx * kVec, +kVec): [num_tokens, num_qo_heads, D]
+  float q[G][kVec];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    const Element* src = static_cast<const Element*>(p.q) + (token * p.num_qo_heads + kvh * G + h) * D + tx * kVec;
 #pragma unroll
     for (int i = 0; i < kVec; i += 2) {
       const float2 f = to_float2<Element>(*reinterpret_cast<const uint32_t*>(src + i));
-      q[i] = f.x * sc.q;
-      q[i + 1] = f.y * sc.q;
+      q[h][i] = f.x * sc.q;
+      q[h][i + 1] = f.y * sc.q;
     }
   }
 
@@ -146,8 +136,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
     uint8_t* sk = smem + stage * Tr::kStageBytes;
     uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
 #pragma unroll
-    for (int j = 0; j < Tr::kTilePerBdx; ++j) {
-      const int row = tz * Tr::kKeysPerZ + ty * Tr::kTilePerBdx + j;
+    for (int j = 0; j < kTile; ++j) {
+      const int row = tz * kTile + j;
       const int key = key_begin + iter * Tr::kStageKeys + row;
       const bool valid = key < key_end;
       const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * Tr::kKvBytes + tx * 16 : 0;
@@ -163,10 +153,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
     cp_async_commit();
   }
 
-  OnlineSoftmaxRow st;  // this thread's query head over its tz slice of the keys
-  float o[kVec];
+  OnlineSoftmaxRow st[G];  // per query head, over this slice's keys
+  float o[G][kVec];
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) o[i] = 0.f;
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) o[h][i] = 0.f;
 
   for (int it = 0; it < num_iters; ++it) {
     cp_async_wait<kStages - 2>();
@@ -174,60 +166,72 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
     if (it + kStages - 1 < num_iters) load_stage(it + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
 
-    const uint8_t* sk = smem + (it % kStages) * Tr::kStageBytes;
+    const uint8_t* sk = smem + (it % kStages) * Tr::kStageBytes + tz * kTile * Tr::kRowBytes + tx * 16;
     const uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
-    const int key0 = key_begin + it * Tr::kStageKeys + tz * Tr::kKeysPerZ;
-    float s[Tr::kKeysPerZ];
+    const int key0 = key_begin + it * Tr::kStageKeys + tz * kTile;
+    // Each K and V vector is widened once and used by all G heads of the group.
+    float s[G][kTile];
 #pragma unroll
-    for (int j = 0; j < Tr::kKeysPerZ; ++j) {
+    for (int j = 0; j < kTile; ++j) {
       float kv[kVec];
-      load_row_vec<Tr>(kv, sk + (tz * Tr::kKeysPerZ + j) * Tr::kRowBytes + tx * 16, e5m2);
-      float dot = 0.f;
+      load_row_vec<Tr>(kv, sk + j * Tr::kRowBytes, e5m2);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) dot = fmaf(q[i], kv[i], dot);
+      for (int h = 0; h < G; ++h) {
+        float dot = 0.f;
 #pragma unroll
-      for (int off = kBdx / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      s[j] = key0 + j < key_end ? sc.apply(dot) : -INFINITY;
+        for (int i = 0; i < kVec; ++i) dot = fmaf(q[h][i], kv[i], dot);
+#pragma unroll
+        for (int off = kBdx / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        s[h][j] = key0 + j < key_end ? sc.apply(dot) : -INFINITY;
+      }
     }
-    const float corr = st.update(s);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) o[i] *= corr;
+    for (int h = 0; h < G; ++h) {
+      const float corr = st[h].update(s[h]);
 #pragma unroll
-    for (int j = 0; j < Tr::kKeysPerZ; ++j) {
+      for (int i = 0; i < kVec; ++i) o[h][i] *= corr;
+    }
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
       float v[kVec];
-      load_row_vec<Tr>(v, sv + (tz * Tr::kKeysPerZ + j) * Tr::kRowBytes + tx * 16, e5m2);
+      load_row_vec<Tr>(v, sv + j * Tr::kRowBytes, e5m2);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) o[i] = fmaf(s[j], v[i], o[i]);
+      for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) o[h][i] = fmaf(s[h][j], v[i], o[h][i]);
     }
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  // ---- merge the tz slices: (m, d, o) of every (ty, tz) through shared memory ----
-  float* so = reinterpret_cast<float*>(smem);  // [bdz][bdy][D]
-  float* smd = so + kBdz * kBdy * D;           // [bdz][bdy][2]
+  // ---- merge the key slices: (m, d, o) of every (slice, head) through shared memory ----
+  float* so = reinterpret_cast<float*>(smem);  // [bdz][G][D]
+  float* smd = so + kBdz * G * D;              // [bdz][G][2]
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) so[(tz * kBdy + ty) * D + tx * kVec + i] = o[i];
-  if (tx == 0) {
-    smd[(tz * kBdy + ty) * 2] = st.m;
-    smd[(tz * kBdy + ty) * 2 + 1] = st.d;
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) so[(tz * G + h) * D + tx * kVec + i] = o[h][i];
+    if (tx == 0) {
+      smd[(tz * G + h) * 2] = st[h].m;
+      smd[(tz * G + h) * 2 + 1] = st[h].d;
+    }
   }
   __syncthreads();
-  if (tz != 0) return;
+  if (tz >= G) return;
+  const int h = tz;  // slice h finishes query head h
   OnlineSoftmaxRow all;
   float out[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) out[i] = 0.f;
   for (int z = 0; z < kBdz; ++z) {
-    const float corr_all = all.absorb(smd[(z * kBdy + ty) * 2], smd[(z * kBdy + ty) * 2 + 1]);
-    const float w = all.last_weight;
+    const float corr = all.absorb(smd[(z * G + h) * 2], smd[(z * G + h) * 2 + 1]);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = out[i] * corr_all + w * so[(z * kBdy + ty) * D + tx * kVec + i];
+    for (int i = 0; i < kVec; ++i) out[i] = out[i] * corr + all.last_weight * so[(z * G + h) * D + tx * kVec + i];
   }
   const float inv = all.d > 0.f ? sc.v / all.d : 0.f;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) out[i] *= inv;
-  write_row<Element, D, kVec>(p, r, num_chunks, chunk, /*qi=*/0, head, out, all.lse2(), tx * kVec, tx == 0);
+  write_row<Element, D, kVec>(p, r, num_chunks, chunk, /*qi=*/0, kvh * G + h, out, all.lse2(), tx * kVec, tx == 0);
 }
 
 }  // namespace attn::fi
@@ -241,7 +245,7 @@ void run_fi_decode(const FiAttentionParams& p, int grid_work, cudaStream_t strea
   static const cudaError_t configured =
       cudaFuncSetAttribute(fi_decode_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
-  fi_decode_kernel<Tr><<<dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, Tr::kBdy, Tr::kBdz), Tr::kSmemBytes, stream>>>(p);
+  fi_decode_kernel<Tr><<<dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, 1, Tr::kBdz), Tr::kSmemBytes, stream>>>(p);
 }
 
 // CTAs of one instantiation resident per SM (the plan's max_grid = this x SMs).
