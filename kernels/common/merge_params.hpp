@@ -33,4 +33,22 @@ struct MergeAttnParams {
   int lse_base2 = 0;
 };
 
+// The usual merge: partial states [num_partials or ragged, num_tokens, num_heads, head_size] into
+// O [num_tokens, num_heads, head_size] and LSE [num_tokens, num_heads] (row-major, may be null).
+inline MergeAttnParams merge_params(const float* o_partial, const float* lse_partial, void* o, float* lse,
+                                    int num_partials, int num_tokens, int num_heads, int head_size) {
+  MergeAttnParams mp{};
+  mp.o_partial = o_partial;
+  mp.lse_partial = lse_partial;
+  mp.o = o;
+  mp.lse = lse;
+  mp.lse_token_stride = num_heads;
+  mp.lse_head_stride = 1;
+  mp.num_partials = num_partials;
+  mp.num_tokens = num_tokens;
+  mp.num_heads = num_heads;
+  mp.head_size = head_size;
+  return mp;
+}
+
 }  // namespace attn

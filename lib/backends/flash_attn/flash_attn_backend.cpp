@@ -104,17 +104,9 @@ class FlashAttnInstance final : public BackendInstance {
     }
     launch_flash_attn_fwd(p, config_, schedule_.main.tiling, stream_);
     if (schedule_.num_partials() > 0) {
-      MergeAttnParams mp{};
-      mp.o_partial = o_partial_.as<float>();
-      mp.lse_partial = lse_partial_.as<float>();
-      mp.o = o_.data();
-      mp.lse = lse_.as<float>();
-      mp.lse_token_stride = s.num_q_heads;
-      mp.lse_head_stride = 1;
-      mp.num_partials = schedule_.num_partials();
-      mp.num_tokens = static_cast<int>(batch_.num_tokens());
-      mp.num_heads = s.num_q_heads;
-      mp.head_size = s.head_size_v;
+      const MergeAttnParams mp =
+          merge_params(o_partial_.as<float>(), lse_partial_.as<float>(), o_.data(), lse_.as<float>(),
+                       schedule_.num_partials(), static_cast<int>(batch_.num_tokens()), s.num_q_heads, s.head_size_v);
       launch_merge_attn_states(mp, s.dtype, stream_);
     }
   }

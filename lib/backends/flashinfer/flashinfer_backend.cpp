@@ -134,17 +134,8 @@ class FlashInferInstance final : public BackendInstance {
     for (const Pass& p : passes_) run_pass(p);
     if (cascade_.use) {
       // O = merge(level 0: the shared prefix, level 1: each request's own pages), base 2.
-      MergeAttnParams mp{};
-      mp.o_partial = slot_o_.as<float>();
-      mp.lse_partial = slot_lse_.as<float>();
-      mp.o = o_.data();
-      mp.lse = lse_.as<float>();
-      mp.lse_token_stride = s.num_q_heads;
-      mp.lse_head_stride = 1;
-      mp.num_partials = 2;
-      mp.num_tokens = static_cast<int>(batch_.num_tokens());
-      mp.num_heads = s.num_q_heads;
-      mp.head_size = s.head_size_v;
+      MergeAttnParams mp = merge_params(slot_o_.as<float>(), slot_lse_.as<float>(), o_.data(), lse_.as<float>(), 2,
+                                        static_cast<int>(batch_.num_tokens()), s.num_q_heads, s.head_size_v);
       mp.lse_base2 = 1;
       launch_merge_attn_states(mp, s.dtype, stream_);
     }
@@ -357,16 +348,7 @@ class FlashInferInstance final : public BackendInstance {
     if (!pass.split) return;
     // Split requests: their partial rows -> O (a request or token with one chunk was written
     // directly and is skipped by the merge).
-    MergeAttnParams mp{};
-    mp.o_partial = tmp_o_.as<float>();
-    mp.lse_partial = tmp_lse_.as<float>();
-    mp.o = p.o;
-    mp.lse = p.lse;
-    mp.lse_token_stride = H;
-    mp.lse_head_stride = 1;
-    mp.num_tokens = pass.num_tokens;
-    mp.num_heads = H;
-    mp.head_size = D;
+    MergeAttnParams mp = merge_params(tmp_o_.as<float>(), tmp_lse_.as<float>(), p.o, p.lse, 0, pass.num_tokens, H, D);
     mp.seq_partials = pass.cuda_core_decode ? pass.o_indptr_d.as<int32_t>() : pass.merge_d.as<int32_t>();
     mp.tokens_per_seq = 1;
     mp.lse_base2 = 1;
