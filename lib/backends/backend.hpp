@@ -28,6 +28,10 @@ struct RunOptions {
   int num_layers = 1;                        // distinct caches, planned once
   int threads = 0;                           // host backends (0 = default)
   int num_sms = 132;                         // for scheduling rules when no device is queried
+  // CUDA graphs (vLLM's capture sizes): plan the decode for this many requests so that one
+  // captured launch serves any smaller batch; the padded work items exit without reading the
+  // schedule. 0 = plan for the batch as it is. Used by FLASHINFER's decode wrapper.
+  int graph_capture_size = 0;
 };
 
 // A backend's output copied to the host as float.

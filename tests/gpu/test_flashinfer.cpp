@@ -217,6 +217,36 @@ TEST(FlashInferGpu, CudaGraphReplay) {
   EXPECT_TRUE(v.pass) << v.failure;
 }
 
+TEST(FlashInferGpu, GraphPlannedForALargerBatchReplaysThisOne) {
+  // Planned for 32 requests (a vLLM capture size), run with 5: the grid covers the padded work
+  // list and the blocks past the real work items exit (bug class 9: never read stale entries).
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  c.requests = {{300, 1}, {17, 1}, {1000, 1}, {2500, 1}, {64, 1}};
+  const Batch b = make_case_batch(c);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  RunOptions opts;
+  opts.graph_capture_size = 32;
+  auto inst = make_flashinfer_backend()->create(b, m, opts);
+  inst->plan();
+  EXPECT_NE(inst->plan_summary().find("padded_work="), std::string::npos) << inst->plan_summary();
+  inst->synchronize();
+  auto stream = static_cast<cudaStream_t>(inst->stream());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  inst->run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  inst->poison();
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  const AttentionOutput out = inst->fetch();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(c.spec.dtype));
+  EXPECT_TRUE(v.pass) << v.failure << " | " << inst->plan_summary();
+}
+
 #if !defined(ATTN_QUICK_BUILD)
 TEST(FlashInferGpu, HeadSizes64And256) {
   ATTN_REQUIRE_CUDA_DEVICE();

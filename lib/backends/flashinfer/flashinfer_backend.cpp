@@ -188,6 +188,7 @@ class FlashInferInstance final : public BackendInstance {
       out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
                          p.cuda_core_decode ? std::string("cuda_cores") : fmt::format("tile_q={}", p.cta_tile_q),
                          p.num_work, p.chunk_pages);
+      if (p.padded_work > p.num_work) out += fmt::format(" padded_work={}", p.padded_work);
     }
     out += cascade_.use ? fmt::format(" cascade=on prefix={}", cascade_.prefix_len)
                         : fmt::format(" cascade=off ({})", cascade_.reason);
@@ -232,7 +233,8 @@ class FlashInferInstance final : public BackendInstance {
       if (decode_on_tensor_cores(config_.group)) {
         plan_prefill_pass(p);
       } else {
-        const flashinfer::DecodePlan dp = flashinfer::plan_decode(p.csr, s.num_kv_heads, ps, max_grid_);
+        const int capture = opts_.graph_capture_size > 0 ? std::max(opts_.graph_capture_size, p.csr.num_reqs()) : 0;
+        const flashinfer::DecodePlan dp = flashinfer::plan_decode(p.csr, s.num_kv_heads, ps, max_grid_, capture);
         p.cuda_core_decode = true;
         p.chunk_pages = dp.chunk_pages;
         p.request_indices = dp.request_indices;
@@ -240,7 +242,7 @@ class FlashInferInstance final : public BackendInstance {
         p.o_indptr = dp.o_indptr;
         p.num_work = dp.num_work();
         p.padded_work = dp.padded_work;
-        p.split = dp.num_work() > p.csr.num_reqs();
+        p.split = dp.split_kv;
         p.partial_rows = p.split ? dp.num_work() : 0;
       }
       passes_.push_back(std::move(p));
