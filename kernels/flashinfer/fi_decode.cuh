@@ -1,7 +1,7 @@
 #pragma once
 // FlashInfer's batch decode on CUDA cores (GQA group <= 4): one CTA per (work item, kv head).
 //
-// A thread is (tx, tz): tx owns kVec consecutive head dims (one 16-byte vector of a cache row),
+// A thread is (tx, tz): tx owns kVec consecutive head dims (16 or 32 bytes of a cache row),
 // tz a slice of the keys; every thread holds the query vectors of all G heads of the kv head's
 // group. The bdx threads of a slice sit in consecutive lanes, so a score is a kVec-wide dot
 // product reduced by log2(bdx) shuffles. Keys stream through a multi-stage cp.async ring of
@@ -26,6 +26,9 @@
 #ifndef ATTN_FI_DECODE_STAGE_KEYS
 #define ATTN_FI_DECODE_STAGE_KEYS 32
 #endif
+#ifndef ATTN_FI_DECODE_VEC_BYTES
+#define ATTN_FI_DECODE_VEC_BYTES 16
+#endif
 #ifndef ATTN_FI_DECODE_RING_BYTES
 #define ATTN_FI_DECODE_RING_BYTES 49152
 #endif
@@ -41,8 +44,12 @@ struct DecodeTraits {
   static constexpr bool kKvFp8 = kKvFp8_;
   static constexpr int kGroup = kGroup_;
   static constexpr int kKvBytes = kKvFp8 ? 1 : 2;
-  // One 16-byte vector per thread and row (at least D / 32 elements so bdx <= 32).
-  static constexpr int kVec = (16 / kKvBytes) > kHeadDim / 32 ? 16 / kKvBytes : kHeadDim / 32;
+  // Elements of a row per thread: ATTN_FI_DECODE_VEC_BYTES of a 16-bit row (wider vectors mean
+  // fewer lanes per row and one shuffle level fewer per score), at least one 16-byte copy, and at
+  // least D / 32 so that bdx <= 32. fp8 rows keep 16 elements (32 would spill at group 4).
+  static constexpr int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+  static constexpr int kVec = max3(16 / kKvBytes, ATTN_FI_DECODE_VEC_BYTES / 2, kHeadDim / 32);
+  static constexpr int kThreadBytes = kVec * kKvBytes;  // a multiple of 16
   static constexpr int kBdx = kHeadDim / kVec;
   static constexpr int kBdz = 128 / kBdx;  // key slices
   static constexpr int kThreads = kBdx * kBdz;
@@ -66,29 +73,32 @@ struct DecodeTraits {
   static_assert(kGroup <= kBdz, "the epilogue gives each query head one key slice of threads");
 };
 
-// kVec cache elements (16 bytes) -> float.
+// kVec cache elements (kThreadBytes, 16-byte aligned) -> float.
 template <class Tr>
 __device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8_t* src, bool e5m2) {
   using Element = typename Tr::Element;
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (Tr::kKvFp8) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint2 h = fp8x4_to_16<__half>(w[i], e5m2);  // exact in fp16
-      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
-      out[4 * i] = a.x;
-      out[4 * i + 1] = a.y;
-      out[4 * i + 2] = b.x;
-      out[4 * i + 3] = b.y;
-    }
-  } else {
+  for (int c = 0; c < Tr::kThreadBytes / 16; ++c) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + 16 * c);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (Tr::kKvFp8) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = to_float2<Element>(w[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
+      for (int i = 0; i < 4; ++i) {
+        const uint2 h = fp8x4_to_16<__half>(w[i], e5m2);  // exact in fp16
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
+        out[16 * c + 4 * i] = a.x;
+        out[16 * c + 4 * i + 1] = a.y;
+        out[16 * c + 4 * i + 2] = b.x;
+        out[16 * c + 4 * i + 3] = b.y;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = to_float2<Element>(w[i]);
+        out[8 * c + 2 * i] = f.x;
+        out[8 * c + 2 * i + 1] = f.y;
+      }
     }
   }
 }
@@ -140,9 +150,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
       const int row = tz * kTile + j;
       const int key = key_begin + iter * Tr::kStageKeys + row;
       const bool valid = key < key_end;
-      const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * Tr::kKvBytes + tx * 16 : 0;
-      cp_async_16(sk + row * Tr::kRowBytes + tx * 16, static_cast<const uint8_t*>(p.kv.k) + off, valid);
-      cp_async_16(sv + row * Tr::kRowBytes + tx * 16, static_cast<const uint8_t*>(p.kv.v) + off, valid);
+      const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * Tr::kKvBytes + tx * Tr::kThreadBytes : 0;
+#pragma unroll
+      for (int c = 0; c < Tr::kThreadBytes; c += 16) {
+        cp_async_16(sk + row * Tr::kRowBytes + tx * Tr::kThreadBytes + c, static_cast<const uint8_t*>(p.kv.k) + off + c, valid);
+        cp_async_16(sv + row * Tr::kRowBytes + tx * Tr::kThreadBytes + c, static_cast<const uint8_t*>(p.kv.v) + off + c, valid);
+      }
     }
   };
 
@@ -166,7 +179,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_co
     if (it + kStages - 1 < num_iters) load_stage(it + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
 
-    const uint8_t* sk = smem + (it % kStages) * Tr::kStageBytes + tz * kTile * Tr::kRowBytes + tx * 16;
+    const uint8_t* sk = smem + (it % kStages) * Tr::kStageBytes + tz * kTile * Tr::kRowBytes + tx * Tr::kThreadBytes;
     const uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
     const int key0 = key_begin + it * Tr::kStageKeys + tz * kTile;
     // Each K and V vector is widened once and used by all G heads of the group.
