@@ -24,13 +24,13 @@
 
 // Tuning knobs of the CUDA-core decode (compile-time; measured in docs/PERF_NOTES.md).
 #ifndef ATTN_FI_DECODE_STAGE_KEYS
-#define ATTN_FI_DECODE_STAGE_KEYS 32
+#define ATTN_FI_DECODE_STAGE_KEYS 64
 #endif
 #ifndef ATTN_FI_DECODE_VEC_BYTES
-#define ATTN_FI_DECODE_VEC_BYTES 16
+#define ATTN_FI_DECODE_VEC_BYTES 32
 #endif
 #ifndef ATTN_FI_DECODE_RING_BYTES
-#define ATTN_FI_DECODE_RING_BYTES 49152
+#define ATTN_FI_DECODE_RING_BYTES 65536
 #endif
 
 namespace attn::fi {
