@@ -6,12 +6,16 @@
 // tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other head sizes,
 // sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
-// A CTA is two warpgroups; warpgroup w owns packed rows 64w .. 64w + 63 of the tile. Per key tile
-// of 128 keys a warpgroup computes S = Q K^T (8 x m64n128k16, Q and K from shared memory), the
-// online softmax of its 64 rows in registers, and O += P V (8 x m64n128k16, P from registers as
-// the A operand, V from shared memory read N-major). K/V tiles arrive through the block table
-// with 16-byte cp.async copies (pages of 16 tokens rule out the bulk tensor copy engine), two
-// stages deep, into the 128-byte-swizzled layout the matrix descriptors name.
+// A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
+// 128 keys through the block table with 16-byte cp.async copies (pages of 16 tokens rule out the
+// bulk tensor copy engine) into a ring of three stages in the 128-byte-swizzled layout the matrix
+// descriptors name, and signals each stage on its "full" mbarrier; it gives most of its registers
+// to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
+// 64c .. 64c + 63 of the tile. Per key tile a consumer computes S = Q K^T (8 x m64n128k16, Q and
+// K from shared memory), the online softmax of its 64 rows in registers, and O += P V
+// (8 x m64n128k16, P from registers as the A operand, V read N-major), then frees the stage on its
+// "empty" mbarrier. No CTA-wide barrier runs in the loop, and the consumers take turns issuing
+// Q K^T (two named barriers), so one consumer's softmax runs under the other's MMAs.
 //
 // Shared-memory layout of a 128 x 128 16-bit tile (Q, K or V): two column halves of 64 elements
 // (128 bytes per row), each [128 rows][128 B]; within a half, the 16-byte chunk c of row r sits
@@ -24,19 +28,27 @@
 #include <type_traits>
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flash_attn/flash_fwd_kernel.cuh"  // attn::kern primitives via attn::fa
 
 namespace attn::fa::sm90 {
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // packed query rows per CTA (two warpgroups of 64)
+constexpr int kBlockM = 128;  // packed query rows per CTA (two consumer warpgroups of 64)
 constexpr int kBlockN = 128;  // keys per shared-memory stage
-constexpr int kThreads = 256;
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kTileBytes = 128 * kHeadDim * 2;     // one Q, K or V tile: 32 KB
 constexpr int kHalfBytes = kTileBytes / 2;         // one 64-column half of a tile
-constexpr int kStages = 2;
-constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + 1024;  // 161 KB + alignment slack: one CTA per SM
+constexpr int kStages = 3;
+constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
+// 224 KB of tiles + barriers + alignment slack: one CTA per SM.
+constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + kBarrierBytes + 1024;
+// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+// Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
+constexpr int kBarQ = 1, kBarTurn = 2;
 
 // Byte offset of 16-byte chunk `chunk` (0..15 along the head dim) of row `row` in a swizzled tile.
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
@@ -57,10 +69,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   uint8_t* sKV = smem + kTileBytes;   // stage s: K at sKV + 2s * kTileBytes, V right after
   const uint32_t sQ_addr = smem_u32(sQ);
   const uint32_t sKV_addr = smem_u32(sKV);
+  const uint32_t bar_addr = smem_u32(smem + kTileBytes * (1 + 2 * kStages));
+  auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
+  auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;           // warpgroup: rows 64 wg .. 64 wg + 63 of the tile
-  const int warp = (tid % 128) / 32;  // warp within the warpgroup: 16 of those rows
+  const int role = tid / 128;          // 0: producer, 1 + c: consumer c
+  const int wg = role > 0 ? role - 1 : 0;  // consumer c owns rows 64 c .. 64 c + 63 of the tile
+  const int ctid = tid % 128;
+  const int warp = ctid / 32;          // warp within the warpgroup: 16 of those rows
   const int lane = tid % 32;
   const int g = lane / 4, tq = lane % 4;
 
@@ -79,10 +96,18 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   const int kv_lo = tk.kv_lo, n_begin = tk.n_begin, n_end = tk.n_end;
   const int n_plain_lo = tk.n_plain_lo, n_plain_hi = tk.n_plain_hi;
 
-  // ---- copies: thread tid moves chunk tid % 16 of rows tid / 16 + 16 i (i < 8) of every tile ----
-  const int chunk = tid % 16;
-  const int row_base = tid / 16;
-  {
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar(s), 128);  // every producer thread, once its copies of the stage landed
+      mbar_init(empty_bar(s), 8);   // every consumer warp, once its MMAs read the stage
+    }
+  }
+  // ---- Q: consumer thread t moves chunk t % 16 of rows t / 16 + 16 i (i < 8) ----
+  const int num_tiles = n_end - n_begin;
+  if (role > 0) {
+    const int qt = tid - 128;
+    const int chunk = qt % 16;
+    const int row_base = qt / 16;
     const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -94,29 +119,64 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * kHeadDim + chunk * 8;
       cp_async_16(sQ + swizzled(r, chunk), src, valid);
     }
+    cp_async_commit();
   }
-  // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
-  auto load_kv = [&](int n_tile, int stage) {
-    const int key0 = n_tile * kBlockN;
-    const int bs = p.block_size;
-    const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
-    const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2 + chunk * 16;
-    uint8_t* dst_k = sKV + (2 * stage) * kTileBytes;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = row_base + 16 * i;
-      const int key = key0 + r;
-      const bool valid = key < seq_len;
-      const int kk = valid ? key : 0;
-      const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
-      const int slot = kk - blk_idx * bs;
-      const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off;
-      uint8_t* dk = dst_k + swizzled(r, chunk);
-      cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-      cp_async_16(dk + kTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+  __syncthreads();  // the barriers are initialised
+
+  if (role == 0) {
+    // ---- producer: thread t moves chunk t % 16 of rows t / 16 + 8 i (i < 16) of every tile ----
+    setmaxnreg_dec<kProducerRegs>();
+    const int chunk = ctid % 16;
+    const int row_base = ctid / 16;
+    // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
+    auto load_kv = [&](int n_tile, int stage) {
+      const int key0 = n_tile * kBlockN;
+      const int bs = p.block_size;
+      const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+      const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+      const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2 + chunk * 16;
+      uint8_t* dst_k = sKV + (2 * stage) * kTileBytes;
+#pragma unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const int r = row_base + 8 * i;
+        const int key = key0 + r;
+        const bool valid = key < seq_len;
+        const int kk = valid ? key : 0;
+        const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
+        const int slot = kk - blk_idx * bs;
+        const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off;
+        uint8_t* dk = dst_k + swizzled(r, chunk);
+        cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+        cp_async_16(dk + kTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+      }
+    };
+    // Tile t goes to stage t % kStages once the consumers freed it (its (t / kStages)-th use).
+    // Its stage is signalled when the copies landed, one tile later, so that two tiles are in
+    // flight; the writer-side proxy fence makes them visible to the consumers' tensor cores.
+    for (int t = 0; t < num_tiles; ++t) {
+      const int stage = t % kStages;
+      if (t >= kStages) mbar_wait(empty_bar(stage), ((t / kStages) - 1) & 1);
+      load_kv(n_begin + t, stage);
+      cp_async_commit();
+      if (t > 0) {
+        cp_async_wait<1>();
+        fence_proxy_async();
+        mbar_arrive(full_bar((t - 1) % kStages));
+      }
     }
-  };
+    if (num_tiles > 0) {
+      cp_async_wait<0>();
+      fence_proxy_async();
+      mbar_arrive(full_bar((num_tiles - 1) % kStages));
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setmaxnreg_inc<kConsumerRegs>();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_bar_sync(kBarQ, 256);  // all of Q landed (each consumer thread copied part of it)
 
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
@@ -129,9 +189,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; quad-reduced in the epilogue
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc_o[i] = 0.f;
-
-  if (n_begin < n_end) load_kv(n_begin, 0);
-  cp_async_commit();
 
   // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
   const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
@@ -226,23 +283,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
     }
   };
-  // Top of every key tile: its copies landed and are visible to the tensor cores for all
-  // threads, and every warpgroup finished the MMAs that read the stage refilled next.
-  auto tile_ready = [&]() {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-  };
-
-  // One barrier per key tile; the refill of the other stage overlaps this tile's MMAs and softmax.
+  // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
+  // previous tile (consumer 0 goes first), then passes the turn. Every arrive meets one sync:
+  // consumer 1 passes no turn after its last tile, and gives the first one only if there is one.
+  const int other = 1 - wg;
+  if (wg == 1 && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
-    tile_ready();
-    if (n_tile + 1 < n_end) load_kv(n_tile + 1, (it + 1) % kStages);
-    cp_async_commit();
+    mbar_wait(full_bar(stage), (it / kStages) & 1);
     float s[64];
+    named_bar_sync(kBarTurn + wg, 256);
     issue_qk(s, stage);
+    if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
     wgmma_wait<0>();
     fence_regs(s);
     float corr[2];
@@ -253,8 +306,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
     issue_pv(pa, stage);
     wgmma_wait<0>();
     fence_regs(acc_o);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
   }
-  cp_async_wait<0>();
 
   // ---- epilogue straight from registers: each quad owns whole rows ----
   const bool use_sink = p.sinks != nullptr && split == 0;

@@ -32,6 +32,10 @@
 #ifndef ATTN_FI_DECODE_RING_BYTES
 #define ATTN_FI_DECODE_RING_BYTES 65536
 #endif
+// CTAs per SM that the register allocation must allow (__launch_bounds__' second argument).
+#ifndef ATTN_FI_DECODE_MIN_BLOCKS
+#define ATTN_FI_DECODE_MIN_BLOCKS 1
+#endif
 
 namespace attn::fi {
 
@@ -104,7 +108,7 @@ __device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8
 }
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads) fi_decode_kernel(const __grid_constant__ FiAttentionParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_decode_kernel(const __grid_constant__ FiAttentionParams p) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim, kVec = Tr::kVec, kBdx = Tr::kBdx, kBdz = Tr::kBdz, G = Tr::kGroup;
   constexpr int kStages = Tr::kStages, kTile = Tr::kTilePerBdx;
