@@ -41,6 +41,17 @@ void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode
   }
 }
 
+// The sm_90a kernel exists for head sizes 64 and 128 (the quick build keeps 128).
+bool sm90_compiled_for(int d) {
+  switch (d) {
+#if !defined(ATTN_QUICK_BUILD)
+    case 64: return fa::sm90_prefill_compiled<64>();
+#endif
+    case 128: return fa::sm90_prefill_compiled<128>();
+    default: return false;
+  }
+}
+
 template <int D>
 FlashAttnTiling tiling_of(int max_packed_rows) {
   using Decode = fa::FwdTraits<D, __half, false, true>;
@@ -92,9 +103,9 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   }();
   // The wgmma kernel's tile is the mma.sync prefill tile (128 packed rows), so the host plan
   // (tile list, split count) is the same for both kernels.
-  return enabled && !t.decode && t.no_small_seqs && t.block_m == 128 && c.head_size_qk == 128 &&
-         c.head_size_v == 128 && !c.use_mla && c.kv_dtype == c.dtype &&
-         (c.dtype == DType::bf16 || c.dtype == DType::f16) && fa::sm90_prefill_compiled();
+  return enabled && !t.decode && t.no_small_seqs && t.block_m == 128 && c.head_size_qk == c.head_size_v &&
+         !c.use_mla && c.kv_dtype == c.dtype && (c.dtype == DType::bf16 || c.dtype == DType::f16) &&
+         sm90_compiled_for(c.head_size_qk);
 }
 
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
@@ -104,7 +115,11 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
   if (p.num_tiles == 0) return;
   const bool fp8 = is_fp8(c.kv_dtype);
   if (flash_attn_uses_sm90(c, t)) {
-    fa::run_flash_fwd_sm90(p, c.dtype == DType::f16, stream);
+    const bool fp16 = c.dtype == DType::f16;
+#if !defined(ATTN_QUICK_BUILD)
+    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, stream);
+#endif
+    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

@@ -43,7 +43,7 @@ struct FlashAttnTiling {
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 
 // Whether launch_flash_attn_fwd runs the sm_90a wgmma kernel for `c` and `t` on the current
-// device: head size 128, fp16/bf16 with a cache of the same dtype, the prefill tiling without
+// device: head size 64 or 128, fp16/bf16 with a cache of the same dtype, the prefill tiling without
 // decode-sized sequences, a compute capability 9.0 device and an sm_90a image in this binary.
 // ATTN_FA_SM90=0 in the environment turns it off (A/B timing against the mma.sync kernel).
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);

@@ -2,24 +2,25 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head size 128, fp16/bf16 model dtype with a cache of the same dtype, the prefill
-// tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other head sizes,
-// sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+// Served shapes: head sizes 64 and 128, fp16/bf16 model dtype with a cache of the same dtype,
+// the prefill tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other
+// head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
 // 128 keys through the block table with 16-byte cp.async copies (pages of 16 tokens rule out the
 // bulk tensor copy engine) into a ring of three stages in the 128-byte-swizzled layout the matrix
 // descriptors name, and signals each stage on its "full" mbarrier; it gives most of its registers
 // to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
-// 64c .. 64c + 63 of the tile. Per key tile a consumer computes S = Q K^T (8 x m64n128k16, Q and
-// K from shared memory), the online softmax of its 64 rows in registers, and O += P V
-// (8 x m64n128k16, P from registers as the A operand, V read N-major), then frees the stage on its
+// 64c .. 64c + 63 of the tile. Per key tile a consumer computes S = Q K^T (D / 16 x m64nBk16 for
+// B keys, Q and K from shared memory), the online softmax of its 64 rows in registers, and
+// O += P V (B / 16 x m64nDk16, P from registers as the A operand, V read N-major), then frees the
+// stage on its
 // "empty" mbarrier. No CTA-wide barrier runs in the loop, and the consumers take turns issuing
 // Q K^T (two named barriers), so one consumer's softmax runs under the other's MMAs.
 //
-// Shared-memory layout of a 128 x 128 16-bit tile (Q, K or V): two column halves of 64 elements
-// (128 bytes per row), each [128 rows][128 B]; within a half, the 16-byte chunk c of row r sits
-// at chunk c ^ (r % 8). Every half starts on a 1024-byte boundary (the swizzle period).
+// Shared-memory layout of a 128 x D 16-bit tile (Q, K or V): D / 64 column blocks of
+// 64 elements (128 bytes per row), each [128 rows][128 B]; within a block, the 16-byte chunk c of
+// row r sits at chunk c ^ (r % 8). Every block starts on a 1024-byte boundary (the swizzle period).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,42 +35,59 @@
 
 namespace attn::fa::sm90 {
 
-constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // packed query rows per CTA (two consumer warpgroups of 64)
-constexpr int kBlockN = 128;  // keys per shared-memory stage
+constexpr int kBlockM = 128;   // packed query rows per CTA (two consumer warpgroups of 64)
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-constexpr int kTileBytes = 128 * kHeadDim * 2;     // one Q, K or V tile: 32 KB
-constexpr int kHalfBytes = kTileBytes / 2;         // one 64-column half of a tile
-constexpr int kStages = 3;
-constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-// 224 KB of tiles + barriers + alignment slack: one CTA per SM.
-constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + kBarrierBytes + 1024;
 // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
-// Byte offset of 16-byte chunk `chunk` (0..15 along the head dim) of row `row` in a swizzled tile.
-__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
-  return static_cast<uint32_t>((chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+template <int kHeadDim_>
+struct Sm90Traits {
+  static constexpr int kHeadDim = kHeadDim_;
+  // Keys per stage. Head size 256 would need 64 (its O takes 128 accumulators per thread) and
+  // the host plan's 128-row tiles, which its mma.sync tiling (64 rows) does not give.
+  static constexpr int kBlockN = 128;
+  static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row
+  static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
+  static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
+  static constexpr int kQBytes = kQBlockBytes * kHeadDim / 64;
+  static constexpr int kKvBytes = kKvBlockBytes * kHeadDim / 64;
+  static constexpr int kStages = 3;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
+  // Q + the K/V ring (hd64 112 KB, hd128 224 KB) + barriers + alignment slack.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
+  static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
+  static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "P V as one m64n64k16 or m64n128k16 per k-step");
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+};
+
+// Byte offset of 16-byte chunk `chunk` (along the head dim) of row `row` in a swizzled tile whose
+// 64-column blocks are `block_bytes` apart.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes) {
+  return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
 // One CTA: packed rows m_block * 128 .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
 // Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with a
 // context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
-template <class Element>
+template <int kHeadDim, class Element>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
 #if defined(ATTN_SM90A_DEVICE)
+  using Tr = Sm90Traits<kHeadDim>;
+  constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
+  constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // Swizzle atoms must start on 1024-byte boundaries.
   const uint32_t raw_addr = smem_u32(smem_raw);
   uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
-  uint8_t* sQ = smem;                 // [2 halves][128 rows][128 B] swizzled
-  uint8_t* sKV = smem + kTileBytes;   // stage s: K at sKV + 2s * kTileBytes, V right after
+  uint8_t* sQ = smem;                 // [D / 64 blocks][128 rows][128 B] swizzled
+  uint8_t* sKV = smem + Tr::kQBytes;  // stage s: K at sKV + 2s * kKvBytes, V right after
   const uint32_t sQ_addr = smem_u32(sQ);
   const uint32_t sKV_addr = smem_u32(sKV);
-  const uint32_t bar_addr = smem_u32(smem + kTileBytes * (1 + 2 * kStages));
+  const uint32_t bar_addr = smem_u32(sKV + 2 * kStages * kKvBytes);
   auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
   auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
 
@@ -102,32 +120,32 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       mbar_init(empty_bar(s), 8);   // every consumer warp, once its MMAs read the stage
     }
   }
-  // ---- Q: consumer thread t moves chunk t % 16 of rows t / 16 + 16 i (i < 8) ----
+  // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----
   const int num_tiles = n_end - n_begin;
   if (role > 0) {
     const int qt = tid - 128;
-    const int chunk = qt % 16;
-    const int row_base = qt / 16;
+    const int chunk = qt % kChunks;
+    const int row_base = qt / kChunks;
     const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = row_base + 16 * i;
+    for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
+      const int r = row_base + (256 / kChunks) * i;
       const int prow = row0 + r;
       const int t = prow / G;
       const bool valid = t < q_len;
       const int64_t tok = q_start + (valid ? t : 0);
       const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * kHeadDim + chunk * 8;
-      cp_async_16(sQ + swizzled(r, chunk), src, valid);
+      cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, valid);
     }
     cp_async_commit();
   }
   __syncthreads();  // the barriers are initialised
 
   if (role == 0) {
-    // ---- producer: thread t moves chunk t % 16 of rows t / 16 + 8 i (i < 16) of every tile ----
+    // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
     setmaxnreg_dec<kProducerRegs>();
-    const int chunk = ctid % 16;
-    const int row_base = ctid / 16;
+    const int chunk = ctid % kChunks;
+    const int row_base = ctid / kChunks;
     // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
     auto load_kv = [&](int n_tile, int stage) {
       const int key0 = n_tile * kBlockN;
@@ -135,19 +153,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
       const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
       const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2 + chunk * 16;
-      uint8_t* dst_k = sKV + (2 * stage) * kTileBytes;
+      uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
 #pragma unroll 4
-      for (int i = 0; i < 16; ++i) {
-        const int r = row_base + 8 * i;
+      for (int i = 0; i < kBlockN * kChunks / 128; ++i) {
+        const int r = row_base + (128 / kChunks) * i;
         const int key = key0 + r;
         const bool valid = key < seq_len;
         const int kk = valid ? key : 0;
         const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
         const int slot = kk - blk_idx * bs;
         const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off;
-        uint8_t* dk = dst_k + swizzled(r, chunk);
+        uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-        cp_async_16(dk + kTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
       }
     };
     // Tile t goes to stage t % kStages once the consumers freed it (its (t / kStages)-th use).
@@ -184,41 +202,43 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   const float cap_log2 = p.softcap * kLog2e;
   const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
 
-  float acc_o[64];  // O rows (g, g + 8) of this warp, 16 column blocks of 8
+  float acc_o[Tr::kAccO];  // O rows (g, g + 8) of this warp, D / 8 column blocks of 8
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; quad-reduced in the epilogue
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc_o[i] = 0.f;
+  for (int i = 0; i < Tr::kAccO; ++i) acc_o[i] = 0.f;
 
   // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
   const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
 
   // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
-  // 16 ks ..: half ks / 4 of the tile, 32-byte offset ks % 4 inside its swizzled rows.
-  auto issue_qk = [&](float (&s)[64], int stage) {
-    const uint32_t k_addr = sKV_addr + (2 * stage) * kTileBytes;
+  // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
+  auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
+    const uint32_t k_addr = sKV_addr + (2 * stage) * kKvBytes;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t koff = (ks / 4) * kHalfBytes + (ks % 4) * 32;
-      wgmma_ss<Element>(s, q_desc + (koff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+      const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
+      const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
+      wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
     }
     wgmma_commit();
   };
   // O += P V of the tile in stage `stage`, issued: P's accumulator fragments are already the A
-  // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart).
+  // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart; the instruction's N spans
+  // the D / 64 column blocks, kKvBlockBytes apart).
   auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int stage) {
-    const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kTileBytes;
+    const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kKvBytes;
     fence_regs(acc_o);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kHalfBytes, 1024), 1);
+      wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
     wgmma_commit();
   };
   // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
   // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
-  auto softmax = [&](float (&s)[64], int n_tile, float (&corr)[2]) {
+  auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
     const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
     const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
     const float s_scale = plain ? qk_scale : 1.f;
@@ -274,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       acc_o[4 * d + 3] *= corr[1];
     }
   };
-  auto to_a = [&](const float (&s)[64], uint32_t (&pa)[kBlockN / 16][4]) {
+  auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kBlockN / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -292,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
     mbar_wait(full_bar(stage), (it / kStages) & 1);
-    float s[64];
+    float s[Tr::kAccS];
     named_bar_sync(kBarTurn + wg, 256);
     issue_qk(s, stage);
     if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
@@ -354,3 +374,48 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
 }
 
 }  // namespace attn::fa::sm90
+
+namespace attn::fa {
+
+// Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch, grid (tiles, kv heads, splits).
+template <int kHeadDim, class Element>
+void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
+  using Tr = sm90::Sm90Traits<kHeadDim>;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      sm90::flash_fwd_sm90_kernel<kHeadDim, Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  (void)configured;
+  const dim3 grid(p.num_tiles, p.num_kv_heads, p.num_splits);
+  sm90::flash_fwd_sm90_kernel<kHeadDim, Element><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p);
+}
+
+template <int kHeadDim>
+void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, cudaStream_t stream) {
+  fp16 ? launch_flash_fwd_sm90<kHeadDim, __half>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16>(p, stream);
+}
+
+// True when the current device runs an sm_90a image of the kernel (not a JIT of older PTX,
+// whose body is empty).
+template <int kHeadDim>
+bool sm90_prefill_compiled() {
+  static const bool ok = [] {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
+  }();
+  return ok;
+}
+
+#define ATTN_FA_SM90_INSTANTIATE_HEAD_SIZE(D)                                                  \
+  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, cudaStream_t); \
+  template bool sm90_prefill_compiled<D>();
+
+}  // namespace attn::fa

@@ -293,7 +293,7 @@ bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& req
   return flash_attn_uses_sm90(make_flash_attn_config(s), pass.tiling);
 }
 
-TEST(FlashAttnSm90, SelectedOnlyForPrefillHd128SixteenBitCache) {
+TEST(FlashAttnSm90, SelectedOnlyForPrefillHd64Hd128SixteenBitCache) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const bool sm90 = sm90_expected();
   const std::vector<RequestShape> prefill = {{0, 97}, {150, 130}};
@@ -305,9 +305,31 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillHd128SixteenBitCache) {
   AttentionSpec fp8 = make_spec(32, 8, 128);
   fp8.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_FALSE(pass_uses_sm90(fp8, prefill));
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 64), prefill));
-  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), prefill));
+#if !defined(ATTN_QUICK_BUILD)
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
+#endif
+  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), prefill));  // its host tiles are 64 rows
 }
+
+#if !defined(ATTN_QUICK_BUILD)
+TEST(FlashAttnSm90, HeadSize64) {
+  // One 64-column swizzle block per row, P V as m64n64k16: ragged GQA, soft cap + sinks, a window.
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(28, 4, 64, DType::f16, 32)};
+  c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
+  EXPECT_VALID(run_case(c));
+  EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
+  Case s{make_spec(16, 2, 64)};
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  EXPECT_VALID(run_case(s));
+  Case l{make_spec(32, 32, 64)};
+  l.requests = {{0, 1500}, {700, 600}};
+  EXPECT_VALID(run_case(l));
+}
+#endif
 
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
