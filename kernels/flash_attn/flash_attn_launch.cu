@@ -41,11 +41,12 @@ void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode
   }
 }
 
-// The sm_90a kernel exists for head sizes 64 and 128 (the quick build keeps 128).
+// The sm_90a kernel exists for head sizes 64, 128 and 256 (the quick build keeps 128).
 bool sm90_compiled_for(int d) {
   switch (d) {
 #if !defined(ATTN_QUICK_BUILD)
     case 64: return fa::sm90_prefill_compiled<64>();
+    case 256: return fa::sm90_prefill_compiled<256>();
 #endif
     case 128: return fa::sm90_prefill_compiled<128>();
     default: return false;
@@ -95,17 +96,20 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
   }
 }
 
-bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
+bool flash_attn_sm90_available(const FlashAttnConfig& c) {
   // ATTN_FA_SM90=0 keeps the mma.sync kernel (A/B timing in one binary).
   static const bool enabled = [] {
     const char* v = std::getenv("ATTN_FA_SM90");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  // The wgmma kernel's tile is the mma.sync prefill tile (128 packed rows), so the host plan
-  // (tile list, split count) is the same for both kernels.
-  return enabled && !t.decode && t.no_small_seqs && t.block_m == 128 && c.head_size_qk == c.head_size_v &&
-         !c.use_mla && c.kv_dtype == c.dtype && (c.dtype == DType::bf16 || c.dtype == DType::f16) &&
-         sm90_compiled_for(c.head_size_qk);
+  return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && c.kv_dtype == c.dtype &&
+         (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
+}
+
+bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
+  // 128-row tiles: the mma.sync prefill tile for head sizes <= 128, and what the planner gives
+  // head size 256 when this kernel is available (flash_attn_sm90_available).
+  return !t.decode && t.no_small_seqs && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
 }
 
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
@@ -118,6 +122,7 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     const bool fp16 = c.dtype == DType::f16;
 #if !defined(ATTN_QUICK_BUILD)
     if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, stream);
+    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, stream);
 #endif
     if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, stream);
     const cudaError_t err = cudaGetLastError();

@@ -42,10 +42,17 @@ struct FlashAttnTiling {
 // max_packed_rows: the largest query_len * G of any sequence in the launch.
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 
-// Whether launch_flash_attn_fwd runs the sm_90a wgmma kernel for `c` and `t` on the current
-// device: head size 64 or 128, fp16/bf16 with a cache of the same dtype, the prefill tiling without
-// decode-sized sequences, a compute capability 9.0 device and an sm_90a image in this binary.
-// ATTN_FA_SM90=0 in the environment turns it off (A/B timing against the mma.sync kernel).
+// Packed query rows per tile of the sm_90a kernel (every head size).
+constexpr int kSm90BlockM = 128;
+
+// Whether the sm_90a wgmma kernel can serve layer `c` on the current device: head size 64, 128
+// or 256, fp16/bf16 with a cache of the same dtype, a compute capability 9.0 device and an sm_90a
+// image of that head size in this binary. ATTN_FA_SM90=0 in the environment turns it off (A/B
+// timing against the mma.sync kernel).
+bool flash_attn_sm90_available(const FlashAttnConfig& c);
+
+// Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and the prefill tiling of
+// 128-row tiles without decode-sized sequences.
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws

@@ -2,13 +2,13 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head sizes 64 and 128, fp16/bf16 model dtype with a cache of the same dtype,
+// Served shapes: head sizes 64, 128 and 256, fp16/bf16 model dtype with a cache of the same dtype,
 // the prefill tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other
 // head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
-// 128 keys through the block table with 16-byte cp.async copies (pages of 16 tokens rule out the
-// bulk tensor copy engine) into a ring of three stages in the 128-byte-swizzled layout the matrix
+// 128 keys (64 at head size 256) through the block table with 16-byte cp.async copies (pages of 16 tokens rule out the
+// bulk tensor copy engine) into a ring of three stages (two at head size 256) in the 128-byte-swizzled layout the matrix
 // descriptors name, and signals each stage on its "full" mbarrier; it gives most of its registers
 // to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
 // 64c .. 64c + 63 of the tile. Per key tile a consumer computes S = Q K^T (D / 16 x m64nBk16 for
@@ -18,8 +18,8 @@
 // "empty" mbarrier. No CTA-wide barrier runs in the loop, and the consumers take turns issuing
 // Q K^T (two named barriers), so one consumer's softmax runs under the other's MMAs.
 //
-// Shared-memory layout of a 128 x D 16-bit tile (Q, K or V): D / 64 column blocks of
-// 64 elements (128 bytes per row), each [128 rows][128 B]; within a block, the 16-byte chunk c of
+// Shared-memory layout of an R x D 16-bit tile (Q: R = 128; K, V: R = B): D / 64 column blocks of
+// 64 elements (128 bytes per row), each [R rows][128 B]; within a block, the 16-byte chunk c of
 // row r sits at chunk c ^ (r % 8). Every block starts on a 1024-byte boundary (the swizzle period).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,21 +46,20 @@ constexpr int kBarQ = 1, kBarTurn = 2;
 template <int kHeadDim_>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
-  // Keys per stage. Head size 256 would need 64 (its O takes 128 accumulators per thread) and
-  // the host plan's 128-row tiles, which its mma.sync tiling (64 rows) does not give.
-  static constexpr int kBlockN = 128;
+  // Keys per stage: 128, or 64 at head size 256 (its O takes 128 accumulators per thread).
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
   static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
   static constexpr int kQBytes = kQBlockBytes * kHeadDim / 64;
   static constexpr int kKvBytes = kKvBlockBytes * kHeadDim / 64;
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 112 KB, hd128 224 KB) + barriers + alignment slack.
+  // Q + the K/V ring (hd64 112 KB, hd128 224 KB, hd256 192 KB) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "P V as one m64n64k16 or m64n128k16 per k-step");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "P V as one m64n{64,128,256}k16 per k-step");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
 

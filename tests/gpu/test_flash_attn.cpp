@@ -289,7 +289,8 @@ bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& req
     k.push_back(r.context_len + r.query_len);
   }
   const FlashAttnPass pass =
-      make_flash_attn_pass(q, k, true, s.num_q_heads / s.num_kv_heads, s.head_size_qk, s.num_kv_heads, 132, 0);
+      make_flash_attn_pass(q, k, true, s.num_q_heads / s.num_kv_heads, s.head_size_qk, s.num_kv_heads, 132, 0,
+                           flash_attn_sm90_available(make_flash_attn_config(s)));
   return flash_attn_uses_sm90(make_flash_attn_config(s), pass.tiling);
 }
 
@@ -307,11 +308,37 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillHd64Hd128SixteenBitCache) {
   EXPECT_FALSE(pass_uses_sm90(fp8, prefill));
 #if !defined(ATTN_QUICK_BUILD)
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
+  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), {{0, 97}, {300, 1}}));  // mma.sync, 64-row tiles
 #endif
-  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), prefill));  // its host tiles are 64 rows
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 96), prefill));
 }
 
 #if !defined(ATTN_QUICK_BUILD)
+TEST(FlashAttnSm90, HeadSize256) {
+  // 64-key stages, P V as m64n256k16, 128-row host tiles (the mma.sync hd256 tiles are 64 rows):
+  // ragged GQA, soft cap + sinks + window, splits, and a mixed batch that falls back to mma.sync.
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(28, 4, 256, DType::f16, 32)};
+  c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
+  EXPECT_VALID(run_case(c));
+  EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
+  Case s{make_spec(16, 2, 256)};
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  EXPECT_VALID(run_case(s));
+  Case l{make_spec(8, 1, 256)};
+  l.requests = {{3000, 12}, {1777, 5}};
+  const Outcome split = run_case(l);
+  EXPECT_VALID(split);
+  EXPECT_EQ(split.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << split.plan;
+  Case m{make_spec(16, 16, 256)};
+  m.requests = {{0, 97}, {300, 1}, {40, 200}};
+  EXPECT_VALID(run_case(m));
+}
+
 TEST(FlashAttnSm90, HeadSize64) {
   // One 64-column swizzle block per row, P V as m64n64k16: ragged GQA, soft cap + sinks, a window.
   ATTN_REQUIRE_CUDA_DEVICE();

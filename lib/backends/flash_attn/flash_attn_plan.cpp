@@ -16,7 +16,7 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms) {
 
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin) {
+                                   int kv_begin, bool sm90) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
   int max_rows = 0, max_keys = 0;
@@ -32,9 +32,11 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   };
   std::vector<Tile> tiles;
   pass.tiling.no_small_seqs = !pass.tiling.decode;
+  for (const int32_t q : query_lens)
+    if (q * gqa <= pass.tiling.small_block_m) pass.tiling.no_small_seqs = false;
+  if (sm90 && pass.tiling.no_small_seqs) pass.tiling.block_m = kSm90BlockM;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
-    if (rows <= pass.tiling.small_block_m) pass.tiling.no_small_seqs = false;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
     const int bm = rows <= pass.tiling.small_block_m ? pass.tiling.small_block_m : pass.tiling.block_m;
     for (int mb = 0; mb * bm < rows; ++mb) {
@@ -63,6 +65,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
 
   FlashAttnSchedule s;
   const CascadeChoice cascade = choose_cascade(b, m, opts.cascade, num_sms);
+  const bool sm90 = flash_attn_sm90_available(make_flash_attn_config(spec));
   s.cascade = cascade.use;
   s.cascade_reason = cascade.reason;
 
@@ -70,12 +73,12 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     s.prefix_len = cascade.prefix_len;
     const int32_t num_tokens = static_cast<int32_t>(m.num_actual_tokens);
     s.prefix = make_flash_attn_pass({num_tokens}, {s.prefix_len}, false, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                    num_sms, 0);
+                                    num_sms, 0, sm90);
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, true, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, s.prefix_len);
+                                  num_sms, s.prefix_len, sm90);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, 0);
+                                  num_sms, 0, sm90);
   }
   return s;
 }

@@ -44,10 +44,12 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms);
 FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
-// kv_begin are not attended.
+// kv_begin are not attended. sm90: the sm_90a kernel can serve this layer
+// (flash_attn_sm90_available); a prefill pass with no decode-sized sequence then gets its
+// 128-row tiles, which head size 256 needs (its mma.sync tiles are 64 rows).
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin);
+                                   int kv_begin, bool sm90 = false);
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
                                   int num_sms);
