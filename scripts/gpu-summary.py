@@ -10,12 +10,15 @@ import csv
 import json
 import sys
 
-# case -> (peer case, batch, q_len, kv_len, metric) for llama3-8b (32 q / 8 kv heads, hd 128)
+# case -> (peer case, batch, q_len, kv_len, metric[, q_heads, kv_heads, head_dim]); the heads
+# default to llama3-8b's (32 q / 8 kv heads, hd 128)
 PEER_OF = {
     "decode": ("decode", 64, 1, 4096, "gbps"),
     "decode_graph": ("decode", 64, 1, 4096, "gbps"),
     "prefill": ("prefill_causal", 2, 4096, 4096, "tflops"),
     "prefill_8k": ("prefill_causal", 1, 8192, 8192, "tflops"),
+    "prefill_hd64": ("prefill_causal", 2, 4096, 4096, "tflops", 32, 32, 64),
+    "prefill_hd256": ("prefill_causal", 2, 4096, 4096, "tflops", 16, 16, 256),
 }
 
 
@@ -30,11 +33,11 @@ def peer_figure(peers, case, which):
     """The figure of torch peer `which` (flash = FA2, cudnn) on the same shape, and its metric."""
     if case not in PEER_OF:
         return None, None
-    pcase, b, q, kv, metric = PEER_OF[case]
+    pcase, b, q, kv, metric, hq, hk, d = (PEER_OF[case] + (32, 8, 128))[:8]
     for p in peers:
         if (p.get("case") == pcase and p.get("peer") == "torch_sdpa_" + which and num(p.get("batch")) == b
-                and num(p.get("q_len")) == q and num(p.get("kv_len")) == kv and num(p.get("q_heads")) == 32
-                and num(p.get("kv_heads")) == 8 and num(p.get("head_dim")) == 128 and num(p.get(metric))):
+                and num(p.get("q_len")) == q and num(p.get("kv_len")) == kv and num(p.get("q_heads")) == hq
+                and num(p.get("kv_heads")) == hk and num(p.get("head_dim")) == d and num(p.get(metric))):
             return num(p[metric]), metric
     return None, metric
 
