@@ -457,6 +457,24 @@ TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(64, 16384, 132), 4);       // 256 CTAs fit 264 slots; 5 would not
 }
 
+TEST(FlashAttnSelector, Sm90TilesOf128RowsOnlyWithoutDecodeSizedSequences) {
+  // Host planning only (no device): head size 256 prefills get the sm_90a kernel's 128-row tiles
+  // when it can serve the layer, and keep the mma.sync 64-row tiles next to a decode.
+  const std::vector<int32_t> q = {97, 130}, k = {97, 280};
+  const FlashAttnPass mma = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, false);
+  const FlashAttnPass sm90 = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, true);
+  EXPECT_EQ(mma.tiling.block_m, 64);
+  EXPECT_EQ(mma.num_tiles(), 2 + 3);  // ceil(97 / 64) + ceil(130 / 64)
+  EXPECT_EQ(sm90.tiling.block_m, kSm90BlockM);
+  EXPECT_TRUE(sm90.tiling.no_small_seqs);
+  EXPECT_EQ(sm90.num_tiles(), 1 + 2);
+  const FlashAttnPass mixed = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, true);
+  EXPECT_FALSE(mixed.tiling.no_small_seqs);
+  EXPECT_EQ(mixed.tiling.block_m, 64);
+  // Head size 128: the mma.sync prefill tile is already 128 rows either way.
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false).tiling.block_m, kSm90BlockM);
+}
+
 }  // namespace
 }  // namespace attn
 
