@@ -7,16 +7,16 @@
 // head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
-// 128 keys (64 at head size 256) through the block table with 16-byte cp.async copies (pages of 16 tokens rule out the
-// bulk tensor copy engine) into a ring of three stages (two at head size 256) in the 128-byte-swizzled layout the matrix
-// descriptors name, and signals each stage on its "full" mbarrier; it gives most of its registers
-// to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
-// 64c .. 64c + 63 of the tile. Per key tile a consumer computes S = Q K^T (D / 16 x m64nBk16 for
-// B keys, Q and K from shared memory), the online softmax of its 64 rows in registers, and
-// O += P V (B / 16 x m64nDk16, P from registers as the A operand, V read N-major), then frees the
-// stage on its
-// "empty" mbarrier. No CTA-wide barrier runs in the loop, and the consumers take turns issuing
-// Q K^T (two named barriers), so one consumer's softmax runs under the other's MMAs.
+// B = 128 keys (64 at head size 256) through the block table with 16-byte cp.async copies (pages
+// of 16 tokens rule out the bulk tensor copy engine) into a ring of three stages (two at head
+// size 256) in the 128-byte-swizzled layout the matrix descriptors name, and signals each stage on
+// its "full" mbarrier; it gives most of its registers to the consumers (setmaxnreg). Warpgroups 1
+// and 2 are the consumers; consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
+// consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
+// of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
+// V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
+// loop, and the consumers take turns issuing Q K^T (two named barriers), so one consumer's softmax
+// runs under the other's MMAs.
 //
 // Shared-memory layout of an R x D 16-bit tile (Q: R = 128; K, V: R = B): D / 64 column blocks of
 // 64 elements (128 bytes per row), each [R rows][128 B]; within a block, the 16-byte chunk c of

@@ -315,46 +315,35 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillHd64Hd128SixteenBitCache) {
 }
 
 #if !defined(ATTN_QUICK_BUILD)
-TEST(FlashAttnSm90, HeadSize256) {
-  // 64-key stages, P V as m64n256k16, 128-row host tiles (the mma.sync hd256 tiles are 64 rows):
-  // ragged GQA, soft cap + sinks + window, splits, and a mixed batch that falls back to mma.sync.
+TEST(FlashAttnSm90, HeadSizes64And256) {
+  // hd64: one 64-column swizzle block per row, P V as m64n64k16. hd256: 64-key stages, P V as
+  // m64n256k16, 128-row host tiles (its mma.sync tiles are 64 rows). Both: ragged GQA, then soft
+  // cap + sinks + a window.
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(28, 4, 256, DType::f16, 32)};
-  c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
-  EXPECT_VALID(run_case(c));
-  EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
-  Case s{make_spec(16, 2, 256)};
-  s.spec.logits_soft_cap = 5.0f;
-  s.spec.sinks = true;
-  s.spec.sliding_window = 90;
-  s.requests = {{200, 33}, {0, 48}, {900, 200}};
-  EXPECT_VALID(run_case(s));
-  Case l{make_spec(8, 1, 256)};
-  l.requests = {{3000, 12}, {1777, 5}};
-  const Outcome split = run_case(l);
-  EXPECT_VALID(split);
-  EXPECT_EQ(split.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << split.plan;
-  Case m{make_spec(16, 16, 256)};
-  m.requests = {{0, 97}, {300, 1}, {40, 200}};
-  EXPECT_VALID(run_case(m));
-}
-
-TEST(FlashAttnSm90, HeadSize64) {
-  // One 64-column swizzle block per row, P V as m64n64k16: ragged GQA, soft cap + sinks, a window.
-  ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(28, 4, 64, DType::f16, 32)};
-  c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
-  EXPECT_VALID(run_case(c));
-  EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
-  Case s{make_spec(16, 2, 64)};
-  s.spec.logits_soft_cap = 5.0f;
-  s.spec.sinks = true;
-  s.spec.sliding_window = 90;
-  s.requests = {{200, 33}, {0, 48}, {900, 200}};
-  EXPECT_VALID(run_case(s));
+  for (int d : {64, 256}) {
+    Case c{make_spec(28, 4, d, DType::f16, 32)};
+    c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
+    EXPECT_VALID(run_case(c)) << " (head size " << d << ")";
+    EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << d << ")";
+    Case s{make_spec(16, 2, d)};
+    s.spec.logits_soft_cap = 5.0f;
+    s.spec.sinks = true;
+    s.spec.sliding_window = 90;
+    s.requests = {{200, 33}, {0, 48}, {900, 200}};
+    EXPECT_VALID(run_case(s)) << " (head size " << d << ")";
+  }
+  // hd64: long causal MHA. hd256: splits, and a mixed batch that falls back to mma.sync.
   Case l{make_spec(32, 32, 64)};
   l.requests = {{0, 1500}, {700, 600}};
   EXPECT_VALID(run_case(l));
+  Case split{make_spec(8, 1, 256)};
+  split.requests = {{3000, 12}, {1777, 5}};
+  const Outcome r = run_case(split);
+  EXPECT_VALID(r);
+  EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
+  Case m{make_spec(16, 16, 256)};
+  m.requests = {{0, 97}, {300, 1}, {40, 200}};
+  EXPECT_VALID(run_case(m));
 }
 #endif
 
