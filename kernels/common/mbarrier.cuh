@@ -2,7 +2,8 @@
 // Hopper (sm_90a) synchronisation for warp-specialised kernels: shared-memory mbarriers (a
 // producer fills a ring stage and arrives on its "full" barrier, consumers wait on it with the
 // stage's phase parity and arrive on its "empty" barrier when their MMAs no longer read it),
-// named barriers (two consumer warpgroups taking turns on the tensor cores), and setmaxnreg
+// bulk-copy (TMA) transaction counts on a barrier, named barriers (two consumer warpgroups
+// taking turns on the tensor cores), and setmaxnreg
 // (registers moved from the producer warpgroup to the consumers). Outside an sm_90a device pass
 // they compile to nothing, like wgmma.cuh, so a .cu including them still builds for sm_80.
 #include <cstdint>
@@ -20,6 +21,16 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.release.cta.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
                : "memory");
+}
+// Arrival that also announces `bytes` of bulk-copy (TMA) transactions for the current phase: the
+// phase completes once every arrival came and the copies delivered that many bytes.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Makes initialised barriers visible to the async proxy (bulk copies complete on them).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 // Acquire: returns once the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -49,6 +60,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #else
 __device__ __forceinline__ void mbar_init(uint32_t, int) {}
 __device__ __forceinline__ void mbar_arrive(uint32_t) {}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t, uint32_t) {}
+__device__ __forceinline__ void fence_barrier_init() {}
 __device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) {}
 __device__ __forceinline__ void named_bar_sync(int, int) {}
 __device__ __forceinline__ void named_bar_arrive(int, int) {}

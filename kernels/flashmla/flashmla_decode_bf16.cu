@@ -1,6 +1,12 @@
-// FLASHMLA decode kernel for bf16 (see flashmla_decode.cuh).
+// FLASHMLA decode kernels for bf16: the mma.sync kernel (flashmla_decode.cuh) and the sm_90a one
+// (flashmla_decode_sm90.cuh).
 #include "kernels/flashmla/flashmla_decode.cuh"
+#include "kernels/flashmla/flashmla_decode_sm90.cuh"
 
 namespace attn::mla {
 ATTN_FLASHMLA_INSTANTIATE(__nv_bfloat16)
 }  // namespace attn::mla
+
+namespace attn::mla::sm90 {
+ATTN_FLASHMLA_SM90_INSTANTIATE(__nv_bfloat16)
+}  // namespace attn::mla::sm90

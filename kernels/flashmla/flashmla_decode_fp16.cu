@@ -1,6 +1,12 @@
-// FLASHMLA decode kernel for fp16 (see flashmla_decode.cuh).
+// FLASHMLA decode kernels for fp16: the mma.sync kernel (flashmla_decode.cuh) and the sm_90a one
+// (flashmla_decode_sm90.cuh).
 #include "kernels/flashmla/flashmla_decode.cuh"
+#include "kernels/flashmla/flashmla_decode_sm90.cuh"
 
 namespace attn::mla {
 ATTN_FLASHMLA_INSTANTIATE(__half)
 }  // namespace attn::mla
+
+namespace attn::mla::sm90 {
+ATTN_FLASHMLA_SM90_INSTANTIATE(__half)
+}  // namespace attn::mla::sm90

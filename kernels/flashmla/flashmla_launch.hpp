@@ -1,6 +1,7 @@
 #pragma once
 // Plain C++ entry points of the FLASHMLA kernels (defined in flashmla_launch.cu; the kernel
-// instantiations live in flashmla_decode_<dtype>.cu; the prefill gather in flashmla_gather.cu).
+// instantiations of both decode kernels live in flashmla_decode_<dtype>.cu; the prefill gather
+// in flashmla_gather.cu).
 #include <cuda_runtime_api.h>
 
 #include "core/dtype.hpp"
@@ -12,6 +13,11 @@ constexpr int kFlashMlaHeadDimK = 576;  // kv_lora_rank 512 + rope 64
 constexpr int kFlashMlaHeadDimV = 512;  // kv_lora_rank
 constexpr int kFlashMlaBlockM = 64;     // packed query rows per CTA
 constexpr int kFlashMlaBlockN = 64;     // keys per tile = the cache block size
+
+// True when launch_flashmla_decode runs the sm_90a kernel (flashmla_decode_sm90.cuh) for p:
+// 64 packed rows or more per request, a Hopper device, sm_90a in the build, and
+// ATTN_FLASHMLA_SM90 not set to 0. Otherwise the mma.sync kernel runs.
+bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype);
 
 // Split-KV MLA decode over p.num_parts partitions. dtype: fp16 or bf16 (q, cache and o).
 // Throws RuntimeError on an unsupported dtype or a failed launch. Allocates nothing, never syncs.

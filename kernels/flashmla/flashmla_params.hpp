@@ -36,6 +36,7 @@ struct FlashMlaDecodeParams {
   int block_table_stride;   // entries per block-table row
   int num_parts;            // scheduler partitions (gridDim.y)
   int64_t kv_block_stride;  // elements between consecutive cache blocks (64 * 576 when dense)
+  int64_t num_cache_blocks; // blocks in the cache (the bounds of the sm_90a kernel's tensor map)
   float softmax_scale;
 };
 

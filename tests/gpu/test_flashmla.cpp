@@ -113,6 +113,28 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
   EXPECT_VALID(r128);
 }
 
+// The sm_90a kernel (64 packed rows and more): key counts around its 32-key tiles and 64-key
+// blocks (the NaN page tail inside the last tile), an empty request, an odd and an even number of
+// tiles per piece, a request split into pieces; q_len 2 with 32 heads fills 64 rows.
+TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device (this is sm_" << major << minor << ")";
+  std::vector<RequestShape> reqs = {{0, 1}, {1, 1}, {31, 1}, {32, 1}, {33, 1}, {63, 1}, {64, 1}, {65, 1}, {97, 1}, {12000, 1}};
+  const Outcome r = run_case(make(mla_spec(64), reqs), 40);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("decode_kernel=wgmma"), std::string::npos) << r.plan;
+  EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+  const Outcome r2 = run_case(make(mla_spec(32), {{0, 2}, {30, 2}, {62, 2}, {200, 2}, {4097, 2}}), 40);
+  EXPECT_VALID(r2);
+  EXPECT_NE(r2.plan.find("decode_kernel=wgmma"), std::string::npos) << r2.plan;
+  const Outcome r16 = run_case(make(mla_spec(16), {{100, 1}}), 16);
+  EXPECT_NE(r16.plan.find("decode_kernel=mma.sync"), std::string::npos) << r16.plan;
+}
+
 TEST(FlashMlaGpu, Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const Outcome r = run_case(make(mla_spec(16, DType::f16), {{777, 1}, {4100, 1}}), 32);

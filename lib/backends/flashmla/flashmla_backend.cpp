@@ -254,6 +254,13 @@ class FlashMlaInstance final : public BackendInstance {
     std::string out = fmt::format("cascade=off (mla) decodes={} q_len={} parts={} payload={} pieces={} split_reqs={} idle_parts={}",
                                   num_decodes_, q_len_, schedule_.num_parts, schedule_.payload, schedule_.num_splits.back(),
                                   split_reqs, idle);
+    if (num_decodes_ > 0) {
+      FlashMlaDecodeParams p{};
+      p.q_len = q_len_;
+      p.num_heads = batch_.spec.num_q_heads;
+      p.num_cache_blocks = layout_.num_blocks;
+      out += flashmla_uses_sm90(p, batch_.spec.dtype) ? " decode_kernel=wgmma" : " decode_kernel=mma.sync";
+    }
     if (prefill_) out += " " + prefill_->summary();
     if (kernel_only_) out += " kernel_only";
     return out;
@@ -291,6 +298,7 @@ class FlashMlaInstance final : public BackendInstance {
     p.block_table_stride = meta_.max_blocks_per_req;
     p.num_parts = schedule_.num_parts;
     p.kv_block_stride = view_.k.block;
+    p.num_cache_blocks = layout_.num_blocks;
     p.softmax_scale = s.scale;
     launch_flashmla_decode(p, s.dtype, stream_);
 

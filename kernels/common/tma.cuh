@@ -1,0 +1,36 @@
+#pragma once
+// Hopper (sm_90a) bulk tensor copies (TMA): one instruction moves a box of a global tensor,
+// described by a CUtensorMap (kernels/common/tma_map.hpp), into shared memory in the swizzled
+// layout the wgmma descriptors name, and completes `bytes` transactions on an mbarrier
+// (mbar_arrive_expect_tx). The copy engine does the address arithmetic and the swizzle, so one
+// thread feeds a whole tile and no registers hold the data on the way. Outside an sm_90a device
+// pass the copies compile to nothing, like wgmma.cuh.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/common/wgmma.cuh"  // ATTN_SM90A_DEVICE
+
+namespace attn::kern {
+
+// dst: shared-memory address (1024-byte aligned for the 128-byte swizzle); map: the address of
+// a __grid_constant__ kernel parameter; c0 is the innermost coordinate (elements).
+#if defined(ATTN_SM90A_DEVICE)
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+#else
+__device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, int, uint32_t) {}
+__device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}
+#endif
+
+}  // namespace attn::kern

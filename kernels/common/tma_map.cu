@@ -1,0 +1,53 @@
+// The tensor-map encoder of tma_map.hpp.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/common/tma_map.hpp"
+
+namespace attn {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
+                                  const uint32_t* box, bool fp16) {
+  const auto encode = encoder();
+  if (encode == nullptr) throw RuntimeError("make_tensor_map_16bit: the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map{};
+  cuuint64_t d[3] = {}, s[2] = {};
+  cuuint32_t b[3] = {}, e[3] = {1, 1, 1};
+  for (int i = 0; i < rank; ++i) {
+    d[i] = dims[i];
+    b[i] = box[i];
+    if (i + 1 < rank) s[i] = strides[i];
+  }
+  const CUresult r = encode(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, e,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::string shape;
+    for (int i = 0; i < rank; ++i) shape += (i ? " x " : "") + std::to_string(dims[i]);
+    throw RuntimeError("make_tensor_map_16bit: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
+                       ") for a tensor of " + shape + " elements");
+  }
+  return map;
+}
+
+}  // namespace attn
