@@ -83,11 +83,47 @@ def main():
                             f"{bm.get('GB/s', 0):.0f}", "-", "-", "-", "-"))
         except (OSError, ValueError):
             pass
+    print_table(out)
+    if len(sys.argv) > 3:
+        mla_table(peers, sys.argv[3])
+
+
+def print_table(out):
     widths = [max(len(str(row[i])) for row in out) for i in range(len(out[0]))]
     for i, row in enumerate(out):
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def mla_table(peers, micro_path):
+    """The FLASHMLA decode kernel rows (BM_FlashMlaDecodeKernel/heads/requests/context/q_len) beside
+    the torch plain-matmul MLA peer of the same shape (seq = context + 1)."""
+    try:
+        with open(micro_path) as f:
+            micro = json.load(f)
+    except (OSError, ValueError):
+        return
+    out = [("MLA decode kernel", "median us", "TFLOP/s", "GB/s", "kernel", "torch matmul us", "x torch")]
+    for bm in micro.get("benchmarks", []):
+        name = bm.get("name", "")
+        if not name.startswith("BM_FlashMlaDecodeKernel/") or bm.get("error_occurred"):
+            continue
+        heads, reqs, ctx, q_len = (int(x) for x in name.split("/")[1:5])
+        t = bm.get("real_time", 0) * {"ns": 1e-3, "us": 1, "ms": 1e3}.get(bm.get("time_unit", "us"), 1)
+        label = bm.get("label", "")
+        kernel = label.split("decode_kernel=")[1].split()[0] if "decode_kernel=" in label else "-"
+        peer = None
+        for p in peers:
+            if (p.get("case") == "mla_decode" and num(p.get("batch")) == reqs and num(p.get("kv_len")) == ctx + 1
+                    and num(p.get("q_heads")) == heads and q_len == 1):
+                peer = num(p.get("ms"))
+        out.append((f"{heads} heads, {reqs} x {ctx + 1}, q_len {q_len}", f"{t:.1f}", f"{bm.get('TFLOP/s', 0):.1f}",
+                    f"{bm.get('GB/s', 0):.0f}", kernel, f"{peer * 1000:.1f}" if peer else "-",
+                    f"{peer * 1000 / t:.2f}" if peer and t else "-"))
+    if len(out) > 1:
+        print()
+        print_table(out)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 // FLASHMLA split-KV decode for Hopper (sm_90a): warpgroup MMAs over 64 packed query rows, the
 // latent cache streamed by the bulk tensor copy engine (TMA). Same data layout, scheduler
 // partitions and outputs as the mma.sync kernel (flashmla_decode.cuh, flashmla_params.hpp); the
-// launcher picks this one for requests of 64 packed rows or more (64/128 heads, or 32 x q_len 2)
-// where the device and the build have sm_90a.
+// launcher picks this one for requests of 32 packed rows or more (a tile is always 64 rows; rows
+// past the request are computed and never stored) where the device and the build have sm_90a
+// (FlashMlaKernel in flashmla_params.hpp).
 //
 // A CTA is two consumer warpgroups and a producer warpgroup (384 threads) on one m_block of one
 // scheduler partition; setmaxnreg leaves the producer 40 registers and gives the consumers 232.
@@ -173,13 +174,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     float row_sum[2] = {0.f, 0.f};              // this thread's share of its own tiles' sums
     mbar_wait(q_full, piece & 1);
 
+    // Every warp frees the stages of tiles t and t + 1 (those that exist) once its P V of them is done.
+    auto free_pair = [&](int t) {
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(empty_bar((tile + t) % kStages));
+        if (t + 1 < num_tiles) mbar_arrive(empty_bar((tile + t + 1) % kStages));
+      }
+    };
+
     for (int i = 0; i < num_tiles; i += 2) {
       const int mine = i + w, theirs = i + 1 - w;  // tile indices within the piece
       const bool has_mine = mine < num_tiles, has_theirs = theirs < num_tiles;
       const int st_mine = (tile + mine) % kStages, st_theirs = (tile + theirs) % kStages;
 
-      // S = Q K^T of my tile: k-step ks reads head dims 16 ks ..: column block ks / 4, 32-byte
-      // offset ks % 4 inside the swizzled rows.
+      // S = Q K^T of my tile, issued behind the previous pair's P V (still in flight), so the
+      // tensor cores go from one to the other without a gap. k-step ks reads head dims 16 ks ..:
+      // column block ks / 4, 32-byte offset ks % 4 inside the swizzled rows.
       float s[16];
       if (has_mine) {
         mbar_wait(full_bar(st_mine), ((tile + mine) / kStages) & 1);
@@ -192,9 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
       }
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(acc_o);
+      if (i > 0) free_pair(i - 2);
       // Mask (the piece's key range, the causal limit of each row), scale, row maxima.
       float mx[2] = {-INFINITY, -INFINITY};
       if (has_mine) {
@@ -256,12 +269,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         fence_proxy_async();  // P is read by the other warpgroup's tensor cores
       }
+      // Rescale O only where a row max moved (exact: alpha is 1 otherwise); after the first
+      // tiles of a piece most pairs skip the 128 multiplies.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int d = 0; d < 32; ++d) {
         acc_o[4 * d] *= alpha[0];
         acc_o[4 * d + 1] *= alpha[0];
         acc_o[4 * d + 2] *= alpha[1];
         acc_o[4 * d + 3] *= alpha[1];
+      }
       }
       named_bar_sync(kBarP, 256);  // both P halves written; both Q K^T done with the pair's K rows
 
@@ -297,15 +314,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_ss_nmajor_b<Element>(acc_o, p_desc + (poff >> 4), sw128_desc(v_addr + kk * 2048, kKBlockBytes, 1024), 1);
         }
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_o);
-      __syncwarp();
-      if (lane == 0) {
-        if (has_mine) mbar_arrive(empty_bar(st_mine));
-        if (has_theirs) mbar_arrive(empty_bar(st_theirs));
-      }
+      wgmma_commit();  // waited for with the next pair's Q K^T
     }
+    wgmma_wait<0>();
+    fence_regs(acc_o);
+    if (num_tiles > 0) free_pair((num_tiles - 1) / 2 * 2);
     tile += num_tiles;
 
     // Epilogue: both warpgroups used the same maxima, so their row sums add up.

@@ -1,6 +1,5 @@
-// Dispatch of the FLASHMLA decode kernels from the runtime dtype and shape to their
-// instantiations: the sm_90a kernel for requests of 64 packed rows or more where the device and
-// the build have it, the mma.sync kernel otherwise (16/32 rows, other GPUs).
+// Dispatch of the FLASHMLA decode kernels from the runtime dtype, shape and kernel choice to
+// their instantiations (FlashMlaKernel in flashmla_launch.hpp says which runs where).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,8 +29,8 @@ bool flashmla_sm90_compiled();
 namespace {
 
 template <class Element>
-void run(const FlashMlaDecodeParams& p, bool fp16, cudaStream_t stream) {
-  if (flashmla_uses_sm90(p, fp16 ? DType::f16 : DType::bf16)) {
+void run(const FlashMlaDecodeParams& p, bool fp16, FlashMlaKernel kernel, cudaStream_t stream) {
+  if (flashmla_uses_sm90(p, fp16 ? DType::f16 : DType::bf16, kernel)) {
     // The latent cache as [num_blocks][64 slots][576]; the query as [batch * q_len * heads][576].
     const uint64_t kv_dims[3] = {kFlashMlaHeadDimK, kFlashMlaBlockN, static_cast<uint64_t>(p.num_cache_blocks)};
     const uint64_t kv_strides[2] = {kFlashMlaHeadDimK * 2, static_cast<uint64_t>(p.kv_block_stride) * 2};
@@ -49,24 +48,36 @@ void run(const FlashMlaDecodeParams& p, bool fp16, cudaStream_t stream) {
 
 }  // namespace
 
-bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype) {
-  // ATTN_FLASHMLA_SM90=0 keeps the mma.sync kernel (A/B timing in one binary).
-  static const bool enabled = [] {
-    const char* v = std::getenv("ATTN_FLASHMLA_SM90");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  if (!enabled || p.q_len * p.num_heads < kFlashMlaBlockM || p.num_cache_blocks <= 0) return false;
+bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype) {
+  if (p.num_cache_blocks <= 0) return false;
   return dtype == DType::f16 ? mla::sm90::flashmla_sm90_compiled<__half>()
                              : mla::sm90::flashmla_sm90_compiled<__nv_bfloat16>();
 }
 
-void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, cudaStream_t stream) {
+bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
+  if (kernel == FlashMlaKernel::mma_sync) return false;
+  if (kernel == FlashMlaKernel::wgmma) return true;  // launch checks that it can run
+  // Automatic: 32 packed rows and more (16 rows run as fast on mma.sync without the padding to
+  // 64). ATTN_FLASHMLA_SM90=0 keeps mma.sync, =all takes the sm_90a kernel for 16 rows too.
+  static const int mode = [] {
+    const char* v = std::getenv("ATTN_FLASHMLA_SM90");
+    if (v == nullptr) return 1;
+    return std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "all") == 0 ? 2 : 1;
+  }();
+  if (mode == 0 || (mode == 1 && p.q_len * p.num_heads < 32)) return false;
+  return flashmla_sm90_available(p, dtype);
+}
+
+void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream) {
   if (p.q_len < 1 || p.q_len > 2) throw RuntimeError("launch_flashmla_decode: q_len must be 1 or 2");
+  if (kernel == FlashMlaKernel::wgmma && !flashmla_sm90_available(p, dtype))
+    throw RuntimeError("launch_flashmla_decode: the wgmma kernel needs an sm_90 device, sm_90a in the build and the "
+                       "cache's block count");
   if (p.num_parts == 0 || p.batch == 0) return;
   if (dtype == DType::bf16) {
-    run<__nv_bfloat16>(p, false, stream);
+    run<__nv_bfloat16>(p, false, kernel, stream);
   } else if (dtype == DType::f16) {
-    run<__half>(p, true, stream);
+    run<__half>(p, true, kernel, stream);
   } else {
     throw RuntimeError("launch_flashmla_decode: dtype must be fp16 or bf16, got " + std::string(to_string(dtype)));
   }

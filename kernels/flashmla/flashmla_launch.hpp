@@ -14,14 +14,15 @@ constexpr int kFlashMlaHeadDimV = 512;  // kv_lora_rank
 constexpr int kFlashMlaBlockM = 64;     // packed query rows per CTA
 constexpr int kFlashMlaBlockN = 64;     // keys per tile = the cache block size
 
-// True when launch_flashmla_decode runs the sm_90a kernel (flashmla_decode_sm90.cuh) for p:
-// 64 packed rows or more per request, a Hopper device, sm_90a in the build, and
-// ATTN_FLASHMLA_SM90 not set to 0. Otherwise the mma.sync kernel runs.
-bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype);
+// True when the sm_90a kernel can run p on this device (Hopper, sm_90a in the build).
+bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype);
+// True when launch_flashmla_decode(p, dtype, kernel, ...) runs the sm_90a kernel.
+bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel = FlashMlaKernel::automatic);
 
 // Split-KV MLA decode over p.num_parts partitions. dtype: fp16 or bf16 (q, cache and o).
-// Throws RuntimeError on an unsupported dtype or a failed launch. Allocates nothing, never syncs.
-void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, cudaStream_t stream);
+// Throws RuntimeError on an unsupported dtype, a wgmma request it cannot serve, or a failed
+// launch. Allocates nothing, never syncs.
+void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream);
 
 // The gather of one MLA prefill pass (MlaGatherParams). dtype: fp16 or bf16. Never syncs.
 void launch_mla_gather(const MlaGatherParams& p, DType dtype, cudaStream_t stream);

@@ -77,6 +77,22 @@ Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& o
 
 std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
 
+bool sm90_device() {
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+// Both decode kernels where the device has both (automatic picks wgmma for these 32+ rows).
+std::vector<FlashMlaKernel> decode_kernels() {
+  std::vector<FlashMlaKernel> k = {FlashMlaKernel::mma_sync};
+  if (sm90_device()) k.push_back(FlashMlaKernel::wgmma);
+  return k;
+}
+
+
 TEST(FlashMlaGpu, DeepseekTp8DecodeMixedLengths) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // mla_decode_deepseek's shape: 8 at 512 + 8 at 1088 (ends mid-block), 16 heads.
@@ -107,10 +123,14 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // q_len 2: the first token must not see the second (causal between them); 1-key-context and
   // block-boundary lengths.
-  const Outcome r = run_case(make(mla_spec(16), {{0, 2}, {1, 2}, {62, 2}, {126, 2}, {2049, 2}, {9000, 2}}), 48);
-  EXPECT_VALID(r);
-  const Outcome r128 = run_case(make(mla_spec(128), {{300, 2}, {5000, 2}}), 16);
-  EXPECT_VALID(r128);
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    const Outcome r = run_case(make(mla_spec(16), {{0, 2}, {1, 2}, {62, 2}, {126, 2}, {2049, 2}, {9000, 2}}), 48, o);
+    EXPECT_VALID(r);
+    const Outcome r128 = run_case(make(mla_spec(128), {{300, 2}, {5000, 2}}), 16, o);
+    EXPECT_VALID(r128);
+  }
 }
 
 // The sm_90a kernel (64 packed rows and more): key counts around its 32-key tiles and 64-key
@@ -118,11 +138,7 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
 // tiles per piece, a request split into pieces; q_len 2 with 32 heads fills 64 rows.
 TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device (this is sm_" << major << minor << ")";
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device";
   std::vector<RequestShape> reqs = {{0, 1}, {1, 1}, {31, 1}, {32, 1}, {33, 1}, {63, 1}, {64, 1}, {65, 1}, {97, 1}, {12000, 1}};
   const Outcome r = run_case(make(mla_spec(64), reqs), 40);
   EXPECT_VALID(r);
@@ -131,8 +147,17 @@ TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   const Outcome r2 = run_case(make(mla_spec(32), {{0, 2}, {30, 2}, {62, 2}, {200, 2}, {4097, 2}}), 40);
   EXPECT_VALID(r2);
   EXPECT_NE(r2.plan.find("decode_kernel=wgmma"), std::string::npos) << r2.plan;
+  // The automatic choice: 16 rows stay on mma.sync, 32 (16 heads x q_len 2) take wgmma.
   const Outcome r16 = run_case(make(mla_spec(16), {{100, 1}}), 16);
   EXPECT_NE(r16.plan.find("decode_kernel=mma.sync"), std::string::npos) << r16.plan;
+  const Outcome r32 = run_case(make(mla_spec(16), {{100, 2}}), 16);
+  EXPECT_NE(r32.plan.find("decode_kernel=wgmma"), std::string::npos) << r32.plan;
+  // Asked for, wgmma also serves 16 rows (padded to 64).
+  FlashMlaOptions o;
+  o.decode_kernel = FlashMlaKernel::wgmma;
+  const Outcome forced = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32, o);
+  EXPECT_VALID(forced);
+  EXPECT_NE(forced.plan.find("decode_kernel=wgmma"), std::string::npos) << forced.plan;
 }
 
 TEST(FlashMlaGpu, Fp16) {

@@ -53,7 +53,7 @@ int decode_q_len_of(const Batch& b) {
 class FlashMlaInstance final : public BackendInstance {
  public:
   FlashMlaInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts, const FlashMlaOptions& fo)
-      : batch_(b), meta_(m), opts_(opts), kernel_only_(fo.kernel_only) {
+      : batch_(b), meta_(m), opts_(opts), kernel_only_(fo.kernel_only), decode_kernel_(fo.decode_kernel) {
     const AttentionSpec& s = b.spec;
     const MlaDims& md = s.mla;
     num_sms_ = query_device_info().num_sms;
@@ -259,7 +259,7 @@ class FlashMlaInstance final : public BackendInstance {
       p.q_len = q_len_;
       p.num_heads = batch_.spec.num_q_heads;
       p.num_cache_blocks = layout_.num_blocks;
-      out += flashmla_uses_sm90(p, batch_.spec.dtype) ? " decode_kernel=wgmma" : " decode_kernel=mma.sync";
+      out += flashmla_uses_sm90(p, batch_.spec.dtype, decode_kernel_) ? " decode_kernel=wgmma" : " decode_kernel=mma.sync";
     }
     if (prefill_) out += " " + prefill_->summary();
     if (kernel_only_) out += " kernel_only";
@@ -300,7 +300,7 @@ class FlashMlaInstance final : public BackendInstance {
     p.kv_block_stride = view_.k.block;
     p.num_cache_blocks = layout_.num_blocks;
     p.softmax_scale = s.scale;
-    launch_flashmla_decode(p, s.dtype, stream_);
+    launch_flashmla_decode(p, s.dtype, decode_kernel_, stream_);
 
     // Combine: every (token, head) row is visited; requests in one piece return at once.
     MergeAttnParams mp{};
@@ -391,6 +391,7 @@ class FlashMlaInstance final : public BackendInstance {
   std::vector<int32_t> decode_seq_lens_;  // [num_decodes]
   std::unique_ptr<MlaPrefill> prefill_;   // null without prefills
   bool kernel_only_ = false;  // run() = decode kernel + combine (FlashMlaOptions)
+  FlashMlaKernel decode_kernel_ = FlashMlaKernel::automatic;
   bool absorbed_ = false;
   Stream stream_;
   cublasHandle_t cublas_ = nullptr;

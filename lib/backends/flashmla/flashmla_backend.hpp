@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/backend.hpp"
+#include "kernels/flashmla/flashmla_params.hpp"
 
 namespace attn {
 
@@ -18,6 +19,9 @@ struct FlashMlaOptions {
   // Context tokens gathered and up-projected per chunk pass of the prefill, shared by the
   // prefills that have context (vLLM's chunked-context workspace).
   int workspace_tokens = 32768;
+  // The decode kernel: automatic (wgmma on Hopper for 32 rows and more), or one of the two for
+  // tests and A/B runs (kernels/flashmla/flashmla_launch.hpp).
+  FlashMlaKernel decode_kernel = FlashMlaKernel::automatic;
 };
 
 std::unique_ptr<Backend> make_flashmla_backend(const FlashMlaOptions& options = {});
