@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) warpgroup MMA wrappers shared by the kernel families: shared-memory matrix
 // descriptors (128-byte swizzle), wgmma fences/commit/wait, the async-proxy fence, and the
-// m64n{32,64,128,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS). Outside an
+// m64n{32,64,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS). Outside an
 // sm_90a device pass they compile to nothing, so a .cu including them still builds for sm_80.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -47,7 +47,7 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 }
 
 // The m64nNk16 instructions (N / 2 fp32 accumulators per thread), A from shared memory (SS:
-// N = 32, 64, 128 with K-major B; 256 with N-major B) or registers (RS: N = 64, 128, 256).
+// N = 32, 64, 128 with K-major B; 256 with N-major B) or registers (RS: N = 64, 128, 192, 256).
 #define ATTN_WGMMA_M64N32K16_SS(TY) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
@@ -86,6 +86,14 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+
+#define ATTN_WGMMA_M64N192K16_RS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, {%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 
 #define ATTN_WGMMA_M64N256K16_RS(TY) \
@@ -138,13 +146,15 @@ __device__ __forceinline__ void wgmma_ss_nmajor_b(float (&d)[128], uint64_t desc
 // N-major in shared memory.
 template <class Element, int kAcc>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kAcc], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-  static_assert(kAcc == 32 || kAcc == 64 || kAcc == 128, "m64n64, m64n128 or m64n256");
+  static_assert(kAcc == 32 || kAcc == 64 || kAcc == 96 || kAcc == 128, "m64n64, m64n128, m64n192 or m64n256");
 #if defined(ATTN_SM90A_DEVICE)
   constexpr bool f16 = std::is_same_v<Element, __half>;
   if constexpr (kAcc == 32) {
     if constexpr (f16) { ATTN_WGMMA_M64N64K16_RS("f16"); } else { ATTN_WGMMA_M64N64K16_RS("bf16"); }
   } else if constexpr (kAcc == 64) {
     if constexpr (f16) { ATTN_WGMMA_M64N128K16_RS("f16"); } else { ATTN_WGMMA_M64N128K16_RS("bf16"); }
+  } else if constexpr (kAcc == 96) {
+    if constexpr (f16) { ATTN_WGMMA_M64N192K16_RS("f16"); } else { ATTN_WGMMA_M64N192K16_RS("bf16"); }
   } else {
     if constexpr (f16) { ATTN_WGMMA_M64N256K16_RS("f16"); } else { ATTN_WGMMA_M64N256K16_RS("bf16"); }
   }

@@ -41,7 +41,7 @@ void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode
   }
 }
 
-// The sm_90a kernel exists for head sizes 64, 128 and 256 (the quick build keeps 128).
+// The sm_90a kernel exists for head sizes 64, 128, 192 and 256 (the quick build keeps 128 and 192).
 bool sm90_compiled_for(int d) {
   switch (d) {
 #if !defined(ATTN_QUICK_BUILD)
@@ -49,6 +49,7 @@ bool sm90_compiled_for(int d) {
     case 256: return fa::sm90_prefill_compiled<256>();
 #endif
     case 128: return fa::sm90_prefill_compiled<128>();
+    case 192: return fa::sm90_prefill_compiled<192>();
     default: return false;
   }
 }
@@ -125,6 +126,7 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, stream);
 #endif
     if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, stream);
+    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

@@ -2,14 +2,14 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head sizes 64, 128 and 256, fp16/bf16 model dtype with a cache of the same dtype,
+// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same dtype,
 // the prefill tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other
 // head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
-// B = 128 keys (64 at head size 256) through the block table with 16-byte cp.async copies (pages
-// of 16 tokens rule out the bulk tensor copy engine) into a ring of three stages (two at head
-// size 256) in the 128-byte-swizzled layout the matrix descriptors name, and signals each stage on
+// B = 128 keys (64 at head sizes 192 and 256) through the block table with 16-byte cp.async
+// copies (pages of 16 tokens rule out the bulk tensor copy engine) into a ring of three stages
+// (two at head size 256) in the 128-byte-swizzled layout the matrix descriptors name, and signals each stage on
 // its "full" mbarrier; it gives most of its registers to the consumers (setmaxnreg). Warpgroups 1
 // and 2 are the consumers; consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
 // consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
@@ -46,20 +46,22 @@ constexpr int kBarQ = 1, kBarTurn = 2;
 template <int kHeadDim_>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
-  // Keys per stage: 128, or 64 at head size 256 (its O takes 128 accumulators per thread).
+  // Keys per stage: 128, or 64 at head sizes 192 and 256 (their O takes 96 and 128 accumulators
+  // per thread, and their K/V stages 48 and 64 KB).
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
   static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
   static constexpr int kQBytes = kQBlockBytes * kHeadDim / 64;
   static constexpr int kKvBytes = kKvBlockBytes * kHeadDim / 64;
-  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kStages = kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 112 KB, hd128 224 KB, hd256 192 KB) + barriers + alignment slack.
+  // Q + the K/V ring (hd64 112 KB, hd128 224 KB, hd192 192 KB, hd256 192 KB) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "P V as one m64n{64,128,256}k16 per k-step");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "P V as one m64n{64,128,192,256}k16 per k-step");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
 
@@ -123,12 +125,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   const int num_tiles = n_end - n_begin;
   if (role > 0) {
     const int qt = tid - 128;
-    const int chunk = qt % kChunks;
-    const int row_base = qt / kChunks;
     const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
     for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
-      const int r = row_base + (256 / kChunks) * i;
+      const int r = (qt + 256 * i) / kChunks, chunk = (qt + 256 * i) % kChunks;
       const int prow = row0 + r;
       const int t = prow / G;
       const bool valid = t < q_len;
@@ -143,25 +143,25 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
     setmaxnreg_dec<kProducerRegs>();
-    const int chunk = ctid % kChunks;
-    const int row_base = ctid / kChunks;
     // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
     auto load_kv = [&](int n_tile, int stage) {
       const int key0 = n_tile * kBlockN;
       const int bs = p.block_size;
       const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
       const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
-      const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2 + chunk * 16;
+      const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
       uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
 #pragma unroll 4
       for (int i = 0; i < kBlockN * kChunks / 128; ++i) {
-        const int r = row_base + (128 / kChunks) * i;
+        // Chunk ctid + 128 i of the tile, row-major (a fixed column when kChunks divides 128).
+        const int r = (ctid + 128 * i) / kChunks, chunk = (ctid + 128 * i) % kChunks;
         const int key = key0 + r;
         const bool valid = key < seq_len;
         const int kk = valid ? key : 0;
         const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
         const int slot = kk - blk_idx * bs;
-        const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off;
+        const int64_t off =
+            (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
         uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
         cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);

@@ -315,12 +315,13 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillHd64Hd128SixteenBitCache) {
 }
 
 #if !defined(ATTN_QUICK_BUILD)
-TEST(FlashAttnSm90, HeadSizes64And256) {
-  // hd64: one 64-column swizzle block per row, P V as m64n64k16. hd256: 64-key stages, P V as
-  // m64n256k16, 128-row host tiles (its mma.sync tiles are 64 rows). Both: ragged GQA, then soft
-  // cap + sinks + a window.
+TEST(FlashAttnSm90, HeadSizes64To256) {
+  // hd64: one 64-column swizzle block per row, P V as m64n64k16. hd192 (24 chunks per row, not a
+  // divisor of the 128 producer threads) and hd256: 64-key stages, P V as m64n192k16 and
+  // m64n256k16, 128-row host tiles (their mma.sync tiles are 64 rows). All: ragged GQA, then
+  // soft cap + sinks + a window.
   ATTN_REQUIRE_CUDA_DEVICE();
-  for (int d : {64, 256}) {
+  for (int d : {64, 192, 256}) {
     Case c{make_spec(28, 4, d, DType::f16, 32)};
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     EXPECT_VALID(run_case(c)) << " (head size " << d << ")";

@@ -19,12 +19,29 @@ using flashmla::upload;
 
 constexpr int kQk = 192, kNope = 128, kV = 128, kRank = 512, kLatent = 576;
 
+FlashAttnConfig attention_config(const AttentionSpec& spec) {
+  const int H = spec.num_q_heads;
+  return FlashAttnConfig{H, H, kQk, kQk, spec.dtype, spec.dtype, MlaPrefillPlan::kDenseBlock, KvLayout::NHD, false};
+}
+
+// The FLASH_ATTN tiling of head size 192 for these prefills; 128-row tiles for the sm_90a kernel
+// when every prefill is longer than a decode tile and the device runs it (as the FLASH_ATTN
+// planner does).
+FlashAttnTiling attention_tiling(const AttentionSpec& spec, const std::vector<int32_t>& q_lens) {
+  FlashAttnTiling t = flash_attn_tiling(kQk, std::max(1, *std::max_element(q_lens.begin(), q_lens.end())));
+  t.no_small_seqs = !t.decode;
+  for (const int32_t q : q_lens)
+    if (q <= t.small_block_m) t.no_small_seqs = false;
+  if (t.no_small_seqs && flash_attn_sm90_available(attention_config(spec))) t.block_m = kSm90BlockM;
+  return t;
+}
+
 }  // namespace
 
 MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_lens,
                        const std::vector<int32_t>& context_lens, int workspace_tokens, cudaStream_t stream)
     : spec_(spec),
-      tiling_(flash_attn_tiling(kQk, std::max(1, *std::max_element(q_lens.begin(), q_lens.end())))),
+      tiling_(attention_tiling(spec, q_lens)),
       plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
@@ -49,6 +66,7 @@ MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_
 std::string MlaPrefill::summary() const {
   std::string s = fmt::format("prefills={} context_chunks={}", plan_.num_prefills, plan_.num_chunks);
   if (plan_.num_chunks > 0) s += fmt::format(" chunk={}", plan_.chunk);
+  s += flash_attn_uses_sm90(attention_config(spec_), tiling_) ? " attn_kernel=wgmma" : " attn_kernel=mma.sync";
   return s;
 }
 
@@ -57,7 +75,7 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
   const int H = spec_.num_q_heads, T = plan_.num_tokens;
   const int64_t out_rows = int64_t{T} * H;
   const cudaDataType_t dt = spec_.dtype == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
-  const FlashAttnConfig config{H, H, kQk, kQk, spec_.dtype, spec_.dtype, MlaPrefillPlan::kDenseBlock, KvLayout::NHD, false};
+  const FlashAttnConfig config = attention_config(spec_);
   const int num_passes = static_cast<int>(plan_.passes.size());
   int acc = -1;  // slot of the running state (0 or 2); pass outputs go to slot 0 first, then 1
 
