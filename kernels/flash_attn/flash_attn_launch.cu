@@ -119,7 +119,10 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     throw RuntimeError("launch_flash_attn_fwd: " + why);
   if (p.num_tiles == 0) return;
   const bool fp8 = is_fp8(c.kv_dtype);
-  if (flash_attn_uses_sm90(c, t)) {
+  const bool sm90 = flash_attn_uses_sm90(c, t);
+  if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))
+    throw RuntimeError("launch_flash_attn_fwd: CSR block tables and base-2 LSEs need the sm_90a kernel (not selected)");
+  if (sm90) {
     const bool fp16 = c.dtype == DType::f16;
 #if !defined(ATTN_QUICK_BUILD)
     if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, stream);

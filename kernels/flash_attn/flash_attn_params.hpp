@@ -18,6 +18,9 @@ struct FlashAttnParams {
   const void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA K half, NHD)
   const void* v_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA V half, NHD)
   const int32_t* block_table;      // [num_seqs, block_table_stride] physical block of each logical block
+  // sm_90a kernel only: when set, sequence s's blocks start at block_table[block_table_indptr[s]]
+  // (FlashInfer's CSR page table: indptr + indices) instead of row s * block_table_stride.
+  const int32_t* block_table_indptr;  // [num_seqs + 1] or nullptr
   const int32_t* seq_lens;         // [num_seqs] keys of each sequence (context + new tokens)
   const int32_t* query_start_loc;  // [num_seqs + 1] first flattened token of each sequence
   const int32_t* tiles;            // [num_tiles, 2] (seq, m_block) of blockIdx.x, heaviest first
@@ -28,12 +31,13 @@ struct FlashAttnParams {
 
   // ---- outputs: either the final O/LSE or one partial state per split ----------------------
   void* o;              // [num_tokens, num_q_heads, head_size] model dtype; used when o_partial is null
-  float* lse;           // lse[token * lse_token_stride + head * lse_head_stride] natural log, or nullptr
+  float* lse;           // lse[token * lse_token_stride + head * lse_head_stride] natural log (base 2 with lse_base2), or nullptr
   int64_t lse_token_stride;
   int64_t lse_head_stride;
   float* o_partial;     // [num_partials, num_tokens, num_q_heads, head_size] normalized partial O, or nullptr
   float* lse_partial;   // [num_partials, num_tokens, num_q_heads] natural-log LSE of each partial
   int partial_offset;   // this launch writes partial slots partial_offset .. partial_offset + num_splits - 1
+  int lse_base2;        // sm_90a kernel only: 1 = LSEs in log2 units (FlashInfer's convention)
 
   // ---- shapes --------------------------------------------------------------------------------
   int num_tokens;

@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       const int key0 = n_tile * kBlockN;
       const int bs = p.block_size;
       const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-      const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+      const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
+                                                                       : static_cast<int64_t>(seq) * p.block_table_stride);
       const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
       uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
 #pragma unroll 4
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
     const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
     const float inv = total > 0.f ? 1.f / total : 0.f;
     const float wgt = w * inv;
-    const float lse = total > 0.f ? (m_use + log2f(total)) * kLn2 : -INFINITY;
+    const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
     const int64_t tok = q_start + t;
     const int64_t row_index = tok * p.num_q_heads + head;
     if (p.o_partial != nullptr) {

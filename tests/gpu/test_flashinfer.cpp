@@ -34,6 +34,7 @@ struct Case {
   int shared_prefix_len = 0;
   CascadeMode cascade = CascadeMode::off;
   uint64_t seed = 7;
+  bool sm90_prefill = true;  // FlashInferOptions::sm90_prefill
 };
 
 struct Outcome {
@@ -54,7 +55,9 @@ Batch make_case_batch(const Case& c) {
 Outcome run_case(const Case& c) {
   const Batch b = make_case_batch(c);
   const CommonAttentionMetadata m = build_common_metadata(b);
-  const auto backend = make_flashinfer_backend();
+  FlashInferOptions fo;
+  fo.sm90_prefill = c.sm90_prefill;
+  const auto backend = make_flashinfer_backend(fo);
   const Support sup = backend->supports(b.spec, b);
   EXPECT_TRUE(sup.ok) << sup.reason;
   RunOptions opts;
@@ -142,16 +145,57 @@ TEST(FlashInferGpu, MixedChunkedPrefillReordersDecodesFirst) {
 
 TEST(FlashInferGpu, LongPrefillsAllTiles) {
   ATTN_REQUIRE_CUDA_DEVICE();
+  // FlashInfer's own prefill plan and kernel (the sm_90a path has its own tiles).
   Case big{make_spec(32, 8, 128)};  // mean packed length > 64: q tile 128
+  big.sm90_prefill = false;
   big.requests = {{0, 1500}, {700, 600}, {129, 255}};
   const Outcome r = run_case(big);
   EXPECT_VALID(r);
   EXPECT_NE(r.plan.find("tile_q=128"), std::string::npos) << r.plan;
   Case mid{make_spec(8, 8, 128)};  // mean packed 17..64: q tile 64
+  mid.sm90_prefill = false;
   mid.requests = {{100, 40}, {0, 30}, {2000, 20}};
   const Outcome m = run_case(mid);
   EXPECT_VALID(m);
   EXPECT_NE(m.plan.find("tile_q=64"), std::string::npos) << m.plan;
+}
+
+bool sm90_device() {
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+// The prefill part on the sm_90a kernel (the CSR page table read through its indptr, O and the
+// base-2 LSE written in place) and on FlashInfer's mma.sync prefill: both pass, NHD and HND,
+// with a window, a soft cap, GQA 7 and decodes in the same batch (their own pass).
+TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (const KvLayout layout : {KvLayout::NHD, KvLayout::HND}) {
+    for (const bool sm90 : {false, true}) {
+      Case c{make_spec(28, 4, 128, DType::f16, 32)};
+      c.spec.kv_layout = layout;
+      c.spec.sliding_window = 300;
+      c.spec.logits_soft_cap = 20.0f;
+      c.sm90_prefill = sm90;
+      c.requests = {{0, 97}, {150, 1}, {40, 64}, {1000, 300}, {3, 19}};
+      const Outcome r = run_case(c);
+      EXPECT_VALID(r) << (sm90 ? " (sm90)" : " (mma.sync)");
+      const bool on_sm90 = r.plan.find("prefill:sm90") != std::string::npos;
+      EXPECT_EQ(on_sm90, sm90 && sm90_device()) << r.plan;
+    }
+  }
+#if !defined(ATTN_QUICK_BUILD)
+  // Head sizes 64 and 256 take it too (bf16, long causal).
+  for (const int d : {64, 256}) {
+    Case c{make_spec(8, 2, d)};
+    c.requests = {{0, 700}, {1200, 300}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (head size " << d << ")";
+  }
+#endif
 }
 
 TEST(FlashInferGpu, WindowAndSoftCap) {

@@ -15,7 +15,9 @@
 #include "core/device_cache.hpp"
 #include "core/device_upload.hpp"
 #include "kernels/cache/cache_launch.hpp"
+#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "kernels/common/merge_launch.hpp"
+#include "kernels/flash_attn/flash_attn_launch.hpp"
 #include "kernels/flashinfer/fi_launch.hpp"
 #include "model/kv_cache.hpp"
 
@@ -31,6 +33,21 @@ constexpr float kLn2 = 0.6931471805599453f;
 bool decode_on_tensor_cores(int group) {
   const char* force = std::getenv("ATTN_FI_TENSOR_CORE_DECODE");
   return fi_decode_uses_tensor_cores(group) || (force != nullptr && std::string(force) == "1");
+}
+
+bool sm90_prefill_enabled(const FlashInferOptions& o) {
+  static const bool env_off = [] {
+    const char* v = std::getenv("ATTN_FI_SM90");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return o.sm90_prefill && !env_off;
+}
+
+// The shared sm_90a kernel's view of the layer. Its cache addressing is by strides, so the
+// FlashInfer layout (K and V halves of each page, NHD or HND) is described as NHD.
+FlashAttnConfig sm90_config(const AttentionSpec& s) {
+  return FlashAttnConfig{s.num_q_heads, s.num_kv_heads, s.head_size_qk, s.head_size_v, s.dtype,
+                         s.kv_cache_dtype, s.block_size, KvLayout::NHD, false};
 }
 
 FiKernelConfig kernel_config(const AttentionSpec& s) {
@@ -64,6 +81,12 @@ struct Pass {
   bool split = false;
   int num_work = 0, padded_work = 0;
   int partial_rows = 0;
+  // The prefill on the sm_90a kernel (FlashInferOptions::sm90_prefill): its tiles (request,
+  // m_block of 128 packed rows, most keys first) and the key count of each request.
+  bool sm90 = false;
+  FlashAttnTiling tiling;
+  std::vector<int32_t> tiles, kv_lens;
+  DeviceBuffer tiles_d, kv_lens_d;
   std::vector<int32_t> request_indices, qo_tile_indices, kv_tile_indices, o_indptr, merge_indptr;
   // device copies
   DeviceBuffer qo_indptr_d, indptr_d, indices_d, last_page_len_d, request_d, qo_tile_d, kv_tile_d, o_indptr_d,
@@ -73,8 +96,9 @@ struct Pass {
 
 class FlashInferInstance final : public BackendInstance {
  public:
-  FlashInferInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts)
-      : batch_(b), meta_(m), opts_(opts), config_(kernel_config(b.spec)), hyper_(flashinfer::hyperparameters_of(b.spec)) {
+  FlashInferInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts, const FlashInferOptions& fo)
+      : batch_(b), meta_(m), opts_(opts), options_(fo), config_(kernel_config(b.spec)),
+        hyper_(flashinfer::hyperparameters_of(b.spec)) {
     const AttentionSpec& s = b.spec;
     num_sms_ = query_device_info().num_sms;
     if (num_sms_ <= 0) num_sms_ = opts.num_sms;
@@ -185,6 +209,10 @@ class FlashInferInstance final : public BackendInstance {
     std::string out;
     for (const Pass& p : passes_) {
       if (!out.empty()) out += " ";
+      if (p.sm90) {
+        out += fmt::format("{}:sm90 tile_q={} work={}", p.name, p.cta_tile_q, p.num_work);
+        continue;
+      }
       out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
                          p.cuda_core_decode ? std::string("cuda_cores") : fmt::format("tile_q={}", p.cta_tile_q),
                          p.num_work, p.chunk_pages);
@@ -255,9 +283,36 @@ class FlashInferInstance final : public BackendInstance {
       p.num_tokens = static_cast<int>(md.split.num_prefill_tokens);
       p.slot = level1_slot;
       p.csr = md.prefill;
-      plan_prefill_pass(p);
+      if (!plan_sm90_pass(p)) plan_prefill_pass(p);
       passes_.push_back(std::move(p));
     }
+  }
+
+  // The prefill part on the sm_90a kernel, when it can take it: final O (no cascade level), a
+  // 16-bit cache, pages of a multiple of 16 tokens, and no request small enough for a decode tile.
+  bool plan_sm90_pass(Pass& p) const {
+    const AttentionSpec& s = batch_.spec;
+    if (!sm90_prefill_enabled(options_) || p.slot >= 0 || s.kv_cache_dtype != s.dtype) return false;
+    const FlashAttnConfig c = sm90_config(s);
+    if (!flash_attn_unsupported_reason(c).empty() || !flash_attn_sm90_available(c)) return false;
+    std::vector<int32_t> q_lens, kv_lens;
+    for (int r = 0; r < p.csr.num_reqs(); ++r) {
+      q_lens.push_back(p.csr.qo_indptr[static_cast<std::size_t>(r) + 1] - p.csr.qo_indptr[static_cast<std::size_t>(r)]);
+      kv_lens.push_back(p.csr.kv_len(r, s.block_size));
+    }
+    const FlashAttnPass fp = make_flash_attn_pass(q_lens, kv_lens, p.causal, s.num_q_heads / s.num_kv_heads,
+                                                  s.head_size_qk, s.num_kv_heads, num_sms_, 0, true);
+    if (!flash_attn_uses_sm90(c, fp.tiling)) return false;
+    p.sm90 = true;
+    p.cuda_core_decode = false;
+    p.tiling = fp.tiling;
+    p.tiles = fp.tiles;
+    p.kv_lens = std::move(kv_lens);
+    p.cta_tile_q = fp.tiling.block_m;
+    p.num_work = p.padded_work = fp.num_tiles();
+    p.split = false;
+    p.partial_rows = 0;
+    return true;
   }
 
   void plan_prefill_pass(Pass& p) const {
@@ -291,6 +346,8 @@ class FlashInferInstance final : public BackendInstance {
       p.merge_d = upload_vector(p.merge_indptr);
       p.scalars = {p.chunk_pages, p.num_work};
       p.scalars_d = upload_vector(p.scalars);
+      p.tiles_d = upload_vector(p.tiles);
+      p.kv_lens_d = upload_vector(p.kv_lens);
     }
   }
 
@@ -301,6 +358,7 @@ class FlashInferInstance final : public BackendInstance {
     const std::size_t es = dtype_size(s.dtype);
     const std::size_t kv_es = dtype_size(s.kv_cache_dtype);
     if (pass.num_tokens == 0) return;
+    if (pass.sm90) return run_sm90_pass(pass);
 
     FiAttentionParams p{};
     p.q = q_.as<uint8_t>() + static_cast<std::size_t>(pass.token_begin) * H * D * es;
@@ -357,6 +415,44 @@ class FlashInferInstance final : public BackendInstance {
     launch_merge_attn_states(mp, pass.slot < 0 ? s.dtype : DType::f32, stream_);
   }
 
+  // The prefill part through the sm_90a kernel: the CSR page table as an indptr-addressed block
+  // table, one split, O and the base-2 LSE straight into this part's rows.
+  void run_sm90_pass(const Pass& pass) {
+    const AttentionSpec& s = batch_.spec;
+    const int H = s.num_q_heads, D = s.head_size_qk;
+    const std::size_t es = dtype_size(s.dtype);
+    const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
+    FlashAttnParams p{};
+    p.q = q_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * es;
+    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * es;
+    p.block_table = pass.indices_d.as<int32_t>();
+    p.block_table_indptr = pass.indptr_d.as<int32_t>();
+    p.seq_lens = pass.kv_lens_d.as<int32_t>();
+    p.query_start_loc = pass.qo_indptr_d.as<int32_t>();
+    p.tiles = pass.tiles_d.as<int32_t>();
+    p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+    p.lse = lse_.as<float>() + row0;
+    p.lse_token_stride = H;
+    p.lse_head_stride = 1;
+    p.lse_base2 = 1;
+    p.num_tokens = pass.num_tokens;
+    p.num_q_heads = H;
+    p.num_kv_heads = s.num_kv_heads;
+    p.head_size = D;
+    p.block_size = s.block_size;
+    p.num_tiles = pass.num_work;
+    p.num_splits = 1;
+    p.kv_block_stride = view_.k.block;
+    p.kv_token_stride = view_.k.slot;
+    p.kv_head_stride = view_.k.head;
+    p.softmax_scale = hyper_.sm_scale;
+    p.softcap = hyper_.logits_soft_cap;
+    p.causal = pass.causal ? 1 : 0;
+    p.window = hyper_.window_left >= 0 ? hyper_.window_left + 1 : 0;  // keys >= pos - window_left
+    launch_flash_attn_fwd(p, sm90_config(s), pass.tiling, stream_);
+  }
+
   void write_cache(const void* k, const void* v) {
     const ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
     if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
@@ -366,6 +462,7 @@ class FlashInferInstance final : public BackendInstance {
   CommonAttentionMetadata meta_;
   CommonAttentionMetadata internal_;  // decodes first
   RunOptions opts_;
+  FlashInferOptions options_;
   FiKernelConfig config_;
   flashinfer::PlanHyperparameters hyper_;  // fixed at plan time
   int num_sms_ = 0;
@@ -406,6 +503,7 @@ class FlashInferBackend final : public Backend {
         "decode: CUDA cores for GQA group <= 4, tensor cores (the prefill kernel) above",
         "causal with context, window_left, logits soft cap (fixed at plan time)",
         "split-KV plan (FlashInfer's scheduler), merge in base 2; 2-level cascade over a shared prefix",
+        "sm_90a: prefills of a 16-bit cache on the warp-specialised wgmma kernel (one tile per 128 packed rows)",
         "not supported (skipped with the reason): ALiBi, sinks, chunked local attention, MLA",
     };
   }
@@ -423,12 +521,18 @@ class FlashInferBackend final : public Backend {
                                           const RunOptions& opts) const override {
     const std::string why = unsupported_reason(batch.spec, &batch);
     if (!why.empty()) throw RuntimeError("FLASHINFER cannot run this batch: " + why);
-    return std::make_unique<FlashInferInstance>(batch, m, opts);
+    return std::make_unique<FlashInferInstance>(batch, m, opts, options_);
   }
+  explicit FlashInferBackend(const FlashInferOptions& options) : options_(options) {}
+
+ private:
+  FlashInferOptions options_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_flashinfer_backend() { return std::make_unique<FlashInferBackend>(); }
+std::unique_ptr<Backend> make_flashinfer_backend(const FlashInferOptions& options) {
+  return std::make_unique<FlashInferBackend>(options);
+}
 
 }  // namespace attn
