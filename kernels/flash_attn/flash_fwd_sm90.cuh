@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -40,6 +41,10 @@ constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
+// Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
+// per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
+template <int kHeadDim>
+constexpr bool kPersistent = kHeadDim != 256;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
@@ -71,8 +76,9 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
   return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-// One CTA: packed rows m_block * 128 .. of sequence `seq`, kv head blockIdx.y, split blockIdx.z.
-// Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with a
+// A CTA runs work items (packed rows m_block * 128 .. of a sequence, one kv head, one split):
+// persistent CTAs, one per SM, loop over the list (kPersistent), at head size 256 one CTA per item. Semantics and outputs are those of the mma.sync prefill kernel
+// (attend_tile): causal with a
 // context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
 template <int kHeadDim, class Element>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
@@ -100,20 +106,35 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   const int lane = tid % 32;
   const int g = lane / 4, tq = lane % 4;
 
-  const int seq = p.tiles[2 * blockIdx.x];
-  const int m_block = p.tiles[2 * blockIdx.x + 1];
-  const int kvh = blockIdx.y;
-  const int split = blockIdx.z;
   const int G = p.num_q_heads / p.num_kv_heads;
-
-  const int q_start = p.query_start_loc[seq];
-  const int q_len = p.query_start_loc[seq + 1] - q_start;
-  const int seq_len = p.seq_lens[seq];
-  const int pos_base = seq_len - q_len;
-  const int row0 = m_block * kBlockM;
-  const TileKeys tk = tile_keys<kBlockM, kBlockN>(p, q_len, seq_len, row0, G, split);
-  const int kv_lo = tk.kv_lo, n_begin = tk.n_begin, n_end = tk.n_end;
-  const int n_plain_lo = tk.n_plain_lo, n_plain_hi = tk.n_plain_hi;
+  // Persistent CTAs: work item w is (tile w / (Hkv * S), kv head w / S % Hkv, split w % S) with
+  // the tiles most keys first. In round r CTA b takes item r * gridDim.x + b, or + (gridDim.x -
+  // 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of one round gets one of
+  // the lightest of the next). Both roles walk the same items and count key tiles across them, so
+  // the ring's stages and phases carry on from one item to the next and the producer loads the
+  // next item's K/V under this one's last tiles.
+  const int num_work = p.num_tiles * p.num_kv_heads * p.num_splits;
+  auto work_of = [&](int round) {
+    const int b = round % 2 == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+    return round * static_cast<int>(gridDim.x) + b;
+  };
+  struct Item {
+    int seq, kvh, split, q_start, q_len, seq_len, row0;
+    TileKeys tk;
+  };
+  auto item_of = [&](int w) {
+    Item it;
+    const int tile = w / (p.num_kv_heads * p.num_splits);
+    it.kvh = w / p.num_splits % p.num_kv_heads;
+    it.split = w % p.num_splits;
+    it.seq = p.tiles[2 * tile];
+    it.row0 = p.tiles[2 * tile + 1] * kBlockM;
+    it.q_start = p.query_start_loc[it.seq];
+    it.q_len = p.query_start_loc[it.seq + 1] - it.q_start;
+    it.seq_len = p.seq_lens[it.seq];
+    it.tk = tile_keys<kBlockM, kBlockN>(p, it.q_len, it.seq_len, it.row0, G, it.split);
+    return it;
+  };
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -121,254 +142,275 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       mbar_init(empty_bar(s), 8);   // every consumer warp, once its MMAs read the stage
     }
   }
-  // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----
-  const int num_tiles = n_end - n_begin;
-  if (role > 0) {
-    const int qt = tid - 128;
-    const Element* q = static_cast<const Element*>(p.q);
-#pragma unroll
-    for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
-      const int r = (qt + 256 * i) / kChunks, chunk = (qt + 256 * i) % kChunks;
-      const int prow = row0 + r;
-      const int t = prow / G;
-      const bool valid = t < q_len;
-      const int64_t tok = q_start + (valid ? t : 0);
-      const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * kHeadDim + chunk * 8;
-      cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, valid);
-    }
-    cp_async_commit();
-  }
   __syncthreads();  // the barriers are initialised
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
     setmaxnreg_dec<kProducerRegs>();
-    // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
-    auto load_kv = [&](int n_tile, int stage) {
-      const int key0 = n_tile * kBlockN;
-      const int bs = p.block_size;
-      const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-      const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
-                                                                       : static_cast<int64_t>(seq) * p.block_table_stride);
-      const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
-      uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
+    int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
+    for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
+      const Item item = item_of(w);
+      const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
+      const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
+      // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
+      auto load_kv = [&](int n_tile, int stage) {
+        const int key0 = n_tile * kBlockN;
+        const int bs = p.block_size;
+        const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+        const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
+                                                                         : static_cast<int64_t>(seq) * p.block_table_stride);
+        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
+        uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
 #pragma unroll 4
-      for (int i = 0; i < kBlockN * kChunks / 128; ++i) {
-        // Chunk ctid + 128 i of the tile, row-major (a fixed column when kChunks divides 128).
-        const int r = (ctid + 128 * i) / kChunks, chunk = (ctid + 128 * i) % kChunks;
-        const int key = key0 + r;
-        const bool valid = key < seq_len;
-        const int kk = valid ? key : 0;
-        const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
-        const int slot = kk - blk_idx * bs;
-        const int64_t off =
-            (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
-        uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
-        cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-        cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        for (int i = 0; i < kBlockN * kChunks / 128; ++i) {
+          // Chunk ctid + 128 i of the tile, row-major (a fixed column when kChunks divides 128).
+          const int r = (ctid + 128 * i) / kChunks, chunk = (ctid + 128 * i) % kChunks;
+          const int key = key0 + r;
+          const bool valid = key < seq_len;
+          const int kk = valid ? key : 0;
+          const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
+          const int slot = kk - blk_idx * bs;
+          const int64_t off =
+              (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
+          uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
+          cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+          cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        }
+      };
+      // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
+      // (u / kStages)-th use).
+      // Its stage is signalled when the copies landed, one tile later, so that two tiles are in
+      // flight; the writer-side proxy fence makes them visible to the consumers' tensor cores.
+      for (int t = 0; t < num_tiles; ++t) {
+        const int u = done + t;
+        const int stage = u % kStages;
+        if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
+        load_kv(n_begin + t, stage);
+        cp_async_commit();
+        if (t > 0) {
+          cp_async_wait<1>();
+          fence_proxy_async();
+          mbar_arrive(full_bar((u - 1) % kStages));
+        }
       }
-    };
-    // Tile t goes to stage t % kStages once the consumers freed it (its (t / kStages)-th use).
-    // Its stage is signalled when the copies landed, one tile later, so that two tiles are in
-    // flight; the writer-side proxy fence makes them visible to the consumers' tensor cores.
-    for (int t = 0; t < num_tiles; ++t) {
-      const int stage = t % kStages;
-      if (t >= kStages) mbar_wait(empty_bar(stage), ((t / kStages) - 1) & 1);
-      load_kv(n_begin + t, stage);
-      cp_async_commit();
-      if (t > 0) {
-        cp_async_wait<1>();
+      if (num_tiles > 0) {
+        cp_async_wait<0>();
         fence_proxy_async();
-        mbar_arrive(full_bar((t - 1) % kStages));
+        mbar_arrive(full_bar((done + num_tiles - 1) % kStages));
       }
-    }
-    if (num_tiles > 0) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      mbar_arrive(full_bar((num_tiles - 1) % kStages));
+      done += num_tiles;
     }
     return;
   }
 
   // ---- consumers ----
   setmaxnreg_inc<kConsumerRegs>();
-  cp_async_wait<0>();
-  fence_proxy_async();
-  named_bar_sync(kBarQ, 256);  // all of Q landed (each consumer thread copied part of it)
-
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
   const float qk_scale = p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e);
   const float cap_log2 = p.softcap * kLog2e;
-  const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
-
-  float acc_o[Tr::kAccO];  // O rows (g, g + 8) of this warp, D / 8 column blocks of 8
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; quad-reduced in the epilogue
+  int done = 0;  // key tiles of earlier items (the producer's count)
+  for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
+    const Item item = item_of(w);
+    const int seq = item.seq, kvh = item.kvh, split = item.split;
+    const int q_start = item.q_start, q_len = item.q_len, seq_len = item.seq_len, row0 = item.row0;
+    const int pos_base = seq_len - q_len;
+    const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
+    const int n_plain_lo = item.tk.n_plain_lo, n_plain_hi = item.tk.n_plain_hi;
+    const int num_tiles = n_end - n_begin;
+    (void)seq;
+    // Q of this item, once both consumers are past their last Q K^T of the previous one.
+    named_bar_sync(kBarQ, 256);
+    // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----
+    {
+      const int qt = tid - 128;
+      const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-  for (int i = 0; i < Tr::kAccO; ++i) acc_o[i] = 0.f;
-
-  // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
-  const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
-
-  // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
-  // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
-  auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
-    const uint32_t k_addr = sKV_addr + (2 * stage) * kKvBytes;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
-      const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
-      wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+      for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
+        const int r = (qt + 256 * i) / kChunks, chunk = (qt + 256 * i) % kChunks;
+        const int prow = row0 + r;
+        const int t = prow / G;
+        const bool valid = t < q_len;
+        const int64_t tok = q_start + (valid ? t : 0);
+        const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * kHeadDim + chunk * 8;
+        cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, valid);
+      }
+      cp_async_commit();
     }
-    wgmma_commit();
-  };
-  // O += P V of the tile in stage `stage`, issued: P's accumulator fragments are already the A
-  // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart; the instruction's N spans
-  // the D / 64 column blocks, kKvBlockBytes apart).
-  auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int stage) {
-    const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kKvBytes;
-    fence_regs(acc_o);
-    wgmma_fence();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    named_bar_sync(kBarQ, 256);  // all of Q landed (each consumer thread copied part of it)
+    const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
+
+    float acc_o[Tr::kAccO];  // O rows (g, g + 8) of this warp, D / 8 column blocks of 8
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; quad-reduced in the epilogue
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
-    wgmma_commit();
-  };
-  // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
-  // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
-  auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
-    const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
-    const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
-    const float s_scale = plain ? qk_scale : 1.f;
-    const int key_tile0 = n_tile * kBlockN;
-    if (!plain) {
+    for (int i = 0; i < Tr::kAccO; ++i) acc_o[i] = 0.f;
+
+    // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
+    const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
+
+    // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
+    // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
+    auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
+      const uint32_t k_addr = sKV_addr + (2 * stage) * kKvBytes;
+      wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int prow = warp_row0 + g + 8 * h;
-        const int pos = pos_base + prow / G;
-        const float slope = alibi ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
-        const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos);
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
+        const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
+        wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+      }
+      wgmma_commit();
+    };
+    // O += P V of the tile in stage `stage`, issued: P's accumulator fragments are already the A
+    // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart; the instruction's N spans
+    // the D / 64 column blocks, kKvBlockBytes apart).
+    auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int stage) {
+      const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kKvBytes;
+      fence_regs(acc_o);
+      wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
+      wgmma_commit();
+    };
+    // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
+    // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
+    auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
+      const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
+      const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
+      const float s_scale = plain ? qk_scale : 1.f;
+      const int key_tile0 = n_tile * kBlockN;
+      if (!plain) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float v = s[4 * j + 2 * h + e] * qk_scale;
-            if (softcap) v = cap_log2 * tanhf(v);
-            const int key = key_tile0 + j * 8 + 2 * tq + e;
-            if (alibi) v -= slope * static_cast<float>(abs(pos - key));
-            if (need_mask && (key < vis.lo || key > vis.hi)) v = -INFINITY;
-            s[4 * j + 2 * h + e] = v;
+        for (int h = 0; h < 2; ++h) {
+          const int prow = warp_row0 + g + 8 * h;
+          const int pos = pos_base + prow / G;
+          const float slope = alibi ? p.alibi_slopes[kvh * G + prow % G] * kLog2e : 0.f;
+          const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos);
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float v = s[4 * j + 2 * h + e] * qk_scale;
+              if (softcap) v = cap_log2 * tanhf(v);
+              const int key = key_tile0 + j * 8 + 2 * tq + e;
+              if (alibi) v -= slope * static_cast<float>(abs(pos - key));
+              if (need_mask && (key < vis.lo || key > vis.hi)) v = -INFINITY;
+              s[4 * j + 2 * h + e] = v;
+            }
           }
         }
       }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(row_max[h], mx * s_scale);
+        const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
+        corr[h] = fast_exp2(row_max[h] - m_use);
+        row_max[h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], s_scale, -m_use));
+          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], s_scale, -m_use));
+          sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        row_sum[h] = row_sum[h] * corr[h] + sum;
+      }
+    };
+    auto rescale_o = [&](const float (&corr)[2]) {
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d) {
+        acc_o[4 * d] *= corr[0];
+        acc_o[4 * d + 1] *= corr[0];
+        acc_o[4 * d + 2] *= corr[1];
+        acc_o[4 * d + 3] *= corr[1];
+      }
+    };
+    auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kBlockN / 16][4]) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+    // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
+    // previous tile (consumer 0 goes first), then passes the turn. Every arrive meets one sync:
+    // consumer 1 passes no turn after its last tile, and gives the first one only if there is one.
+    const int other = 1 - wg;
+    if (wg == 1 && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
+    for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
+      const int u = done + n_tile - n_begin;
+      const int stage = u % kStages;
+      mbar_wait(full_bar(stage), (u / kStages) & 1);
+      float s[Tr::kAccS];
+      named_bar_sync(kBarTurn + wg, 256);
+      issue_qk(s, stage);
+      if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+      wgmma_wait<0>();
+      fence_regs(s);
+      float corr[2];
+      softmax(s, n_tile, corr);
+      rescale_o(corr);
+      uint32_t pa[kBlockN / 16][4];
+      to_a(s, pa);
+      issue_pv(pa, stage);
+      wgmma_wait<0>();
+      fence_regs(acc_o);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
     }
+
+    // ---- epilogue straight from registers: each quad owns whole rows ----
+    const bool use_sink = p.sinks != nullptr && split == 0;
+    const int64_t slot = p.partial_offset + split;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
+      float sm = row_sum[h];
+      sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+      sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+      const int prow = warp_row0 + g + 8 * h;
+      const int t = prow / G;
+      if (t >= q_len) continue;
+      const int head = kvh * G + prow % G;
+      const float m_row = row_max[h];
+      const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
+      const float m = fmaxf(m_row, sink2);
+      const float m_use = m == -INFINITY ? 0.f : m;
+      const float w = exp2f(m_row - m_use);
+      const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      const float wgt = w * inv;
+      const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
+      const int64_t tok = q_start + t;
+      const int64_t row_index = tok * p.num_q_heads + head;
+      if (p.o_partial != nullptr) {
+        // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
+        const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
+        float* dst = p.o_partial + prow_index * kHeadDim + 2 * tq;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(row_max[h], mx * s_scale);
-      const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
-      corr[h] = fast_exp2(row_max[h] - m_use);
-      row_max[h] = mx;
-      float sum = 0.f;
+        for (int d = 0; d < kHeadDim / 8; ++d)
+          *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+        if (tq == 0) p.lse_partial[prow_index] = lse;
+      } else {
+        // o: [num_tokens, num_q_heads, D] of the model dtype
+        Element* dst = static_cast<Element*>(p.o) + row_index * kHeadDim + 2 * tq;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], s_scale, -m_use));
-        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], s_scale, -m_use));
-        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        for (int d = 0; d < kHeadDim / 8; ++d)
+          *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+        if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
       }
-      row_sum[h] = row_sum[h] * corr[h] + sum;
     }
-  };
-  auto rescale_o = [&](const float (&corr)[2]) {
-#pragma unroll
-    for (int d = 0; d < kHeadDim / 8; ++d) {
-      acc_o[4 * d] *= corr[0];
-      acc_o[4 * d + 1] *= corr[0];
-      acc_o[4 * d + 2] *= corr[1];
-      acc_o[4 * d + 3] *= corr[1];
-    }
-  };
-  auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kBlockN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-  // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
-  // previous tile (consumer 0 goes first), then passes the turn. Every arrive meets one sync:
-  // consumer 1 passes no turn after its last tile, and gives the first one only if there is one.
-  const int other = 1 - wg;
-  if (wg == 1 && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
-  for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
-    const int it = n_tile - n_begin;
-    const int stage = it % kStages;
-    mbar_wait(full_bar(stage), (it / kStages) & 1);
-    float s[Tr::kAccS];
-    named_bar_sync(kBarTurn + wg, 256);
-    issue_qk(s, stage);
-    if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
-    wgmma_wait<0>();
-    fence_regs(s);
-    float corr[2];
-    softmax(s, n_tile, corr);
-    rescale_o(corr);
-    uint32_t pa[kBlockN / 16][4];
-    to_a(s, pa);
-    issue_pv(pa, stage);
-    wgmma_wait<0>();
-    fence_regs(acc_o);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
-  }
-
-  // ---- epilogue straight from registers: each quad owns whole rows ----
-  const bool use_sink = p.sinks != nullptr && split == 0;
-  const int64_t slot = p.partial_offset + split;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sm = row_sum[h];
-    sm += __shfl_xor_sync(0xffffffffu, sm, 1);
-    sm += __shfl_xor_sync(0xffffffffu, sm, 2);
-    const int prow = warp_row0 + g + 8 * h;
-    const int t = prow / G;
-    if (t >= q_len) continue;
-    const int head = kvh * G + prow % G;
-    const float m_row = row_max[h];
-    const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
-    const float m = fmaxf(m_row, sink2);
-    const float m_use = m == -INFINITY ? 0.f : m;
-    const float w = exp2f(m_row - m_use);
-    const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const float wgt = w * inv;
-    const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
-    const int64_t tok = q_start + t;
-    const int64_t row_index = tok * p.num_q_heads + head;
-    if (p.o_partial != nullptr) {
-      // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
-      const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
-      float* dst = p.o_partial + prow_index * kHeadDim + 2 * tq;
-#pragma unroll
-      for (int d = 0; d < kHeadDim / 8; ++d)
-        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
-      if (tq == 0) p.lse_partial[prow_index] = lse;
-    } else {
-      // o: [num_tokens, num_q_heads, D] of the model dtype
-      Element* dst = static_cast<Element*>(p.o) + row_index * kHeadDim + 2 * tq;
-#pragma unroll
-      for (int d = 0; d < kHeadDim / 8; ++d)
-        *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
-      if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
-    }
+    done += num_tiles;
   }
 #endif
 }
@@ -377,14 +419,23 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
 
 namespace attn::fa {
 
-// Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch, grid (tiles, kv heads, splits).
+// Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
 template <int kHeadDim, class Element>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       sm90::flash_fwd_sm90_kernel<kHeadDim, Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
-  const dim3 grid(p.num_tiles, p.num_kv_heads, p.num_splits);
+  // One persistent CTA per SM (at most one per work item), or one CTA per item.
+  const int64_t work = static_cast<int64_t>(p.num_tiles) * p.num_kv_heads * p.num_splits;
+  int64_t ctas = work;
+  if constexpr (sm90::kPersistent<kHeadDim>) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    ctas = std::min<int64_t>(work, std::max(sms, 1));
+  }
+  const dim3 grid(static_cast<unsigned>(ctas));
   sm90::flash_fwd_sm90_kernel<kHeadDim, Element><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p);
 }
 

@@ -435,7 +435,7 @@ class FlashInferInstance final : public BackendInstance {
     p.lse = lse_.as<float>() + row0;
     p.lse_token_stride = H;
     p.lse_head_stride = 1;
-    p.lse_base2 = 1;
+    p.lse_base2 = 1;  // FlashInfer keeps LSEs in log2 units
     p.num_tokens = pass.num_tokens;
     p.num_q_heads = H;
     p.num_kv_heads = s.num_kv_heads;
