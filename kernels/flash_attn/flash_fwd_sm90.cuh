@@ -31,6 +31,7 @@
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
 #include "kernels/common/mbarrier.cuh"
+#include "kernels/common/sm90_image.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flash_attn/flash_fwd_kernel.cuh"  // attn::kern primitives via attn::fa
 
@@ -448,20 +449,8 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, cudaStream_t stream
 // whose body is empty).
 template <int kHeadDim>
 bool sm90_prefill_compiled() {
-  static const bool ok = [] {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
-  }();
+  static const bool ok =
+      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16>));
   return ok;
 }
 

@@ -39,6 +39,7 @@
 
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_image.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flashmla/flashmla_launch.hpp"
@@ -372,20 +373,7 @@ void run_flashmla_decode_sm90(const FlashMlaDecodeParams& p, const CUtensorMap& 
 // True when this binary holds sm_90a code for the kernel and the current device runs it.
 template <class Element>
 bool flashmla_sm90_compiled() {
-  static const bool ok = [] {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, flashmla_decode_sm90_kernel<Element>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion == 90;
-  }();
+  static const bool ok = runs_sm90a_image(reinterpret_cast<const void*>(flashmla_decode_sm90_kernel<Element>));
   return ok;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the GPU tests: they skip, with the runtime's reason, where no CUDA device is usable
 // (CI has none), and never pass vacuously there.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,6 +17,15 @@
   } while (0)
 
 namespace attn::testing {
+
+// An sm_90 (Hopper) device: the one the sm_90a kernels run on.
+inline bool sm90_device() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
 
 // Copies a whole device buffer back to the host.
 template <class T = uint8_t>

@@ -160,14 +160,6 @@ TEST(FlashInferGpu, LongPrefillsAllTiles) {
   EXPECT_NE(m.plan.find("tile_q=64"), std::string::npos) << m.plan;
 }
 
-bool sm90_device() {
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
 // The prefill part on the sm_90a kernel (the CSR page table read through its indptr, O and the
 // base-2 LSE written in place) and on FlashInfer's mma.sync prefill: both pass, NHD and HND,
 // with a window, a soft cap, GQA 7 and decodes in the same batch (their own pass).
@@ -184,7 +176,7 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
       const Outcome r = run_case(c);
       EXPECT_VALID(r) << (sm90 ? " (sm90)" : " (mma.sync)");
       const bool on_sm90 = r.plan.find("prefill:sm90") != std::string::npos;
-      EXPECT_EQ(on_sm90, sm90 && sm90_device()) << r.plan;
+      EXPECT_EQ(on_sm90, sm90 && testing::sm90_device()) << r.plan;
     }
   }
 #if !defined(ATTN_QUICK_BUILD)

@@ -75,18 +75,10 @@ Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& o
 
 std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
 
-bool sm90_device() {
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
 // Both decode kernels where the device has both (automatic picks wgmma for these 32+ rows).
 std::vector<FlashMlaKernel> decode_kernels() {
   std::vector<FlashMlaKernel> k = {FlashMlaKernel::mma_sync};
-  if (sm90_device()) k.push_back(FlashMlaKernel::wgmma);
+  if (testing::sm90_device()) k.push_back(FlashMlaKernel::wgmma);
   return k;
 }
 
@@ -136,7 +128,7 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
 // tiles per piece, a request split into pieces; q_len 2 with 32 heads fills 64 rows.
 TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  if (!sm90_device()) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device";
+  if (!testing::sm90_device()) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device";
   std::vector<RequestShape> reqs = {{0, 1}, {1, 1}, {31, 1}, {32, 1}, {33, 1}, {63, 1}, {64, 1}, {65, 1}, {97, 1}, {12000, 1}};
   const Outcome r = run_case(make(mla_spec(64), reqs), 40);
   EXPECT_VALID(r);
@@ -224,7 +216,7 @@ TEST(FlashMlaGpu, PrefillDeepseekShape) {
   EXPECT_VALID(r);
   EXPECT_NE(r.plan.find("prefills=2 context_chunks=1"), std::string::npos) << r.plan;
   // Both prefills are longer than a decode tile: the head-size-192 attention runs on sm_90a.
-  if (sm90_device()) EXPECT_NE(r.plan.find("attn_kernel=wgmma"), std::string::npos) << r.plan;
+  if (testing::sm90_device()) EXPECT_NE(r.plan.find("attn_kernel=wgmma"), std::string::npos) << r.plan;
 }
 
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
