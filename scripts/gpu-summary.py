@@ -17,6 +17,7 @@ PEER_OF = {
     "decode_graph": ("decode", 64, 1, 4096, "gbps"),
     "prefill": ("prefill_causal", 2, 4096, 4096, "tflops"),
     "prefill_8k": ("prefill_causal", 1, 8192, 8192, "tflops"),
+    "prefill_16k": ("prefill_causal", 1, 16384, 16384, "tflops"),
     "prefill_hd64": ("prefill_causal", 2, 4096, 4096, "tflops", 32, 32, 64),
     "prefill_hd256": ("prefill_causal", 2, 4096, 4096, "tflops", 16, 16, 256),
 }
