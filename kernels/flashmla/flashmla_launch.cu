@@ -1,5 +1,5 @@
 // Dispatch of the FLASHMLA decode kernels from the runtime dtype, shape and kernel choice to
-// their instantiations (FlashMlaKernel in flashmla_launch.hpp says which runs where).
+// their instantiations (FlashMlaKernel in flashmla_params.hpp says which runs where).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
