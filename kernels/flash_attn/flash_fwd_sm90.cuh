@@ -9,9 +9,10 @@
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
 // B = 128 keys (64 at head sizes 192 and 256) through the block table with 16-byte cp.async
 // copies (pages of 16 tokens rule out the bulk tensor copy engine) into a ring of three stages
-// (two at head size 256) in the 128-byte-swizzled layout the matrix descriptors name, and signals each stage on
-// its "full" mbarrier; it gives most of its registers to the consumers (setmaxnreg). Warpgroups 1
-// and 2 are the consumers; consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
+// (two at head size 256) in the 128-byte-swizzled layout the matrix descriptors name, and
+// signals each stage on its "full" mbarrier; it gives most of its registers to the consumers
+// (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows 64c .. 64c + 63
+// of the tile. Per key tile a
 // consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
 // of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
 // V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
@@ -78,9 +79,9 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 }
 
 // A CTA runs work items (packed rows m_block * 128 .. of a sequence, one kv head, one split):
-// persistent CTAs, one per SM, loop over the list (kPersistent), at head size 256 one CTA per item. Semantics and outputs are those of the mma.sync prefill kernel
-// (attend_tile): causal with a
-// context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
+// persistent CTAs, one per SM, loop over the list (kPersistent); at head size 256 one CTA runs one
+// item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
+// a context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
 template <int kHeadDim, class Element>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
 #if defined(ATTN_SM90A_DEVICE)
@@ -179,9 +180,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
         }
       };
       // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
-      // (u / kStages)-th use).
-      // Its stage is signalled when the copies landed, one tile later, so that two tiles are in
-      // flight; the writer-side proxy fence makes them visible to the consumers' tensor cores.
+      // (u / kStages)-th use). Its stage is signalled when the copies landed, one tile later, so
+      // that two tiles are in flight; the writer-side proxy fence makes them visible to the
+      // consumers' tensor cores.
       for (int t = 0; t < num_tiles; ++t) {
         const int u = done + t;
         const int stage = u % kStages;
@@ -213,13 +214,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   int done = 0;  // key tiles of earlier items (the producer's count)
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
     const Item item = item_of(w);
-    const int seq = item.seq, kvh = item.kvh, split = item.split;
+    const int kvh = item.kvh, split = item.split;
     const int q_start = item.q_start, q_len = item.q_len, seq_len = item.seq_len, row0 = item.row0;
     const int pos_base = seq_len - q_len;
     const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
     const int n_plain_lo = item.tk.n_plain_lo, n_plain_hi = item.tk.n_plain_hi;
     const int num_tiles = n_end - n_begin;
-    (void)seq;
     // Q of this item, once both consumers are past their last Q K^T of the previous one.
     named_bar_sync(kBarQ, 256);
     // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----

@@ -20,7 +20,7 @@ struct FlashMlaOptions {
   // prefills that have context (vLLM's chunked-context workspace).
   int workspace_tokens = 32768;
   // The decode kernel: automatic (wgmma on Hopper for 32 rows and more), or one of the two for
-  // tests and A/B runs (kernels/flashmla/flashmla_launch.hpp).
+  // tests and A/B runs (FlashMlaKernel, kernels/flashmla/flashmla_params.hpp).
   FlashMlaKernel decode_kernel = FlashMlaKernel::automatic;
 };
 
