@@ -463,6 +463,11 @@ TEST(FlashAttnSelector, Sm90TilesOf128RowsOnlyWithoutDecodeSizedSequences) {
   EXPECT_EQ(mixed.tiling.block_m, 64);
   // Head size 128: the mma.sync prefill tile is already 128 rows either way.
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false).tiling.block_m, kSm90BlockM);
+  // The MLA prefill's head-size-192 tiling (one query head per kv head) is the same rule.
+  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, true).block_m, kSm90BlockM);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, false).block_m, 64);
+  EXPECT_FALSE(flash_attn_pass_tiling({64, 1}, 1, 192, true).no_small_seqs);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, true).block_m, 64);
 }
 
 }  // namespace

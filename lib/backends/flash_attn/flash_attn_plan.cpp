@@ -14,27 +14,31 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms) {
   return static_cast<int>(std::clamp<int64_t>(std::min(for_waves, by_length), 1, kMaxSplits));
 }
 
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, bool sm90) {
+  int max_rows = 0;
+  for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
+  FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
+  t.no_small_seqs = !t.decode;
+  for (const int32_t q : query_lens)
+    if (q * gqa <= t.small_block_m) t.no_small_seqs = false;
+  if (sm90 && t.no_small_seqs) t.block_m = kSm90BlockM;
+  return t;
+}
+
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
                                    int kv_begin, bool sm90) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
-  int max_rows = 0, max_keys = 0;
-  for (size_t s = 0; s < query_lens.size(); ++s) {
-    max_rows = std::max(max_rows, query_lens[s] * gqa);
-    max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
-  }
-  pass.tiling = flash_attn_tiling(head_size, std::max(max_rows, 1));
+  int max_keys = 0;
+  for (size_t s = 0; s < query_lens.size(); ++s) max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
+  pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90);
 
   struct Tile {
     int32_t seq, m_block;
     int64_t keys;
   };
   std::vector<Tile> tiles;
-  pass.tiling.no_small_seqs = !pass.tiling.decode;
-  for (const int32_t q : query_lens)
-    if (q * gqa <= pass.tiling.small_block_m) pass.tiling.no_small_seqs = false;
-  if (sm90 && pass.tiling.no_small_seqs) pass.tiling.block_m = kSm90BlockM;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.

@@ -43,10 +43,16 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms);
 // The launcher's view of a layer: what its selector decides support and kernels on.
 FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 
+// The tiling of one pass over sequences with these query lengths (packed rows = query_len x
+// gqa): flash_attn_tiling of the longest, no_small_seqs when no sequence fits a decode tile, and
+// then, with sm90 (the sm_90a kernel can serve the layer, flash_attn_sm90_available), its
+// 128-row tiles.
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, bool sm90);
+
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
-// kv_begin are not attended. sm90: the sm_90a kernel can serve this layer
-// (flash_attn_sm90_available); a prefill pass with no decode-sized sequence then gets its
-// 128-row tiles, which head size 256 needs (its mma.sync tiles are 64 rows).
+// kv_begin are not attended. The tiling is flash_attn_pass_tiling's (sm90: 128-row tiles for a
+// prefill pass with no decode-sized sequence, which head size 256 needs: its mma.sync tiles are
+// 64 rows).
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
                                    int kv_begin, bool sm90 = false);

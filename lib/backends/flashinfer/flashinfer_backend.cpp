@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "backends/flashinfer/fi_plan.hpp"
 #include "core/device.hpp"
 #include "core/device_cache.hpp"
 #include "core/device_upload.hpp"
 #include "kernels/cache/cache_launch.hpp"
-#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
 #include "kernels/flashinfer/fi_launch.hpp"

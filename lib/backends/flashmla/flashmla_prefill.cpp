@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "backends/flashmla/flashmla_util.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
@@ -24,24 +25,14 @@ FlashAttnConfig attention_config(const AttentionSpec& spec) {
   return FlashAttnConfig{H, H, kQk, kQk, spec.dtype, spec.dtype, MlaPrefillPlan::kDenseBlock, KvLayout::NHD, false};
 }
 
-// The FLASH_ATTN tiling of head size 192 for these prefills; 128-row tiles for the sm_90a kernel
-// when every prefill is longer than a decode tile and the device runs it (as the FLASH_ATTN
-// planner does).
-FlashAttnTiling attention_tiling(const AttentionSpec& spec, const std::vector<int32_t>& q_lens) {
-  FlashAttnTiling t = flash_attn_tiling(kQk, std::max(1, *std::max_element(q_lens.begin(), q_lens.end())));
-  t.no_small_seqs = !t.decode;
-  for (const int32_t q : q_lens)
-    if (q <= t.small_block_m) t.no_small_seqs = false;
-  if (t.no_small_seqs && flash_attn_sm90_available(attention_config(spec))) t.block_m = kSm90BlockM;
-  return t;
-}
 
 }  // namespace
 
 MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_lens,
                        const std::vector<int32_t>& context_lens, int workspace_tokens, cudaStream_t stream)
     : spec_(spec),
-      tiling_(attention_tiling(spec, q_lens)),
+      // The FLASH_ATTN planner's tiling of these prefills (one query head per kv head).
+      tiling_(flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_available(attention_config(spec)))),
       plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
