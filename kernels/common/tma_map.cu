@@ -30,8 +30,9 @@ CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* di
   const auto encode = encoder();
   if (encode == nullptr) throw RuntimeError("make_tensor_map_16bit: the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map{};
-  cuuint64_t d[3] = {}, s[2] = {};
-  cuuint32_t b[3] = {}, e[3] = {1, 1, 1};
+  if (rank < 2 || rank > 4) throw RuntimeError("make_tensor_map_16bit: rank " + std::to_string(rank) + " (2 to 4)");
+  cuuint64_t d[4] = {}, s[3] = {};
+  cuuint32_t b[4] = {}, e[4] = {1, 1, 1, 1};
   for (int i = 0; i < rank; ++i) {
     d[i] = dims[i];
     b[i] = box[i];

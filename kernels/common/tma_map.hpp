@@ -9,7 +9,7 @@
 
 namespace attn {
 
-// rank 2 or 3. dims[0] is the innermost (contiguous) extent in elements; strides[i] is the byte
+// rank 2 to 4. dims[0] is the innermost (contiguous) extent in elements; strides[i] is the byte
 // distance between consecutive indices of dimension i + 1 (multiples of 16). box[i] elements per
 // dimension (box[0] = 64). fp16 selects the element type (else bf16). Throws RuntimeError when
 // the driver refuses the map, naming the shape.

@@ -6,13 +6,15 @@
 // the prefill tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other
 // head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
-// A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it gathers K/V tiles of
-// B = 128 keys (64 at head sizes 192 and 256) through the block table with 16-byte cp.async
-// copies (pages of 16 tokens rule out the bulk tensor copy engine) into a ring of three stages
-// (two at head size 256) in the 128-byte-swizzled layout the matrix descriptors name, and
-// signals each stage on its "full" mbarrier; it gives most of its registers to the consumers
-// (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows 64c .. 64c + 63
-// of the tile. Per key tile a
+// A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
+// tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
+// and 192, two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole
+// pages or a slice of one, so each page below seq_len arrives as bulk tensor copies (one box of 64
+// dims x the page's slots per 64 dims, one thread issuing them through the block table); the rows
+// of the page that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len. The
+// copies complete the stage's "full" mbarrier themselves; the producer gives most of its registers
+// to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
+// 64c .. 64c + 63 of the tile. Per key tile a
 // consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
 // of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
 // V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
@@ -28,11 +30,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/sm90_image.cuh"
+#include "kernels/common/tma.cuh"
+#include "kernels/common/tma_map.hpp"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flash_attn/flash_fwd_kernel.cuh"  // attn::kern primitives via attn::fa
 
@@ -61,15 +67,26 @@ struct Sm90Traits {
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
   static constexpr int kQBytes = kQBlockBytes * kHeadDim / 64;
   static constexpr int kKvBytes = kKvBlockBytes * kHeadDim / 64;
-  static constexpr int kStages = kHeadDim <= 192 ? 3 : 2;
+  // Ring depth: what fits beside Q. Head size 64 computes half as long per tile, so it keeps more
+  // tiles in flight (5 stages of 32 KB).
+  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 112 KB, hd128 224 KB, hd192 192 KB, hd256 192 KB) + barriers + alignment slack.
+  // Q + the K/V ring (hd64 176 KB, hd128 224 KB, hd192 192 KB, hd256 192 KB) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "P V as one m64n{64,128,192,256}k16 per k-step");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+};
+
+// The K and V caches as 4-D tensors for the bulk tensor copy engine: the head dim, then the slot
+// in its block and the kv head (in increasing stride order: NHD and HND differ), then the block.
+// A box is 64 dims x box_rows slots of one head and block, landing in the swizzled tile layout.
+struct Sm90PageMaps {
+  CUtensorMap k, v;
+  int box_rows;    // min(block_size, kBlockN); 0 = no maps, every row gathered with cp.async
+  int slot_inner;  // 1: coordinates (dim, slot, head, block); 0: (dim, head, slot, block)
 };
 
 // Byte offset of 16-byte chunk `chunk` (along the head dim) of row `row` in a swizzled tile whose
@@ -83,7 +100,8 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
 // a context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
 template <int kHeadDim, class Element>
-__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
 #if defined(ATTN_SM90A_DEVICE)
   using Tr = Sm90Traits<kHeadDim>;
   constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
@@ -140,7 +158,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_bar(s), 128);  // every producer thread, once its copies of the stage landed
+      // Every producer thread once its cp.async copies landed, plus the thread that issues the
+      // bulk copies (arrive + expected bytes) when there are maps.
+      mbar_init(full_bar(s), 128 + (maps.box_rows > 0 ? 1 : 0));
       mbar_init(empty_bar(s), 8);   // every consumer warp, once its MMAs read the stage
     }
   }
@@ -154,19 +174,47 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
-      // Keys at or past seq_len are zero-filled (never read from the cache: page tails may hold NaN).
+      // A tile is whole pages (or a slice of one), so with maps, every box of box_rows keys below
+      // seq_len is one bulk copy per 64 dims of K and of V, all issued by producer thread 0: the
+      // copy engine does the address arithmetic that costs the gather its issue slots. The rows
+      // from the first box reaching seq_len on (the last tile of a sequence) are gathered with
+      // 16-byte cp.async by all producer threads, and keys at or past seq_len are zero-filled
+      // (never read from the cache: page tails may hold NaN, and P = 0 times NaN is NaN).
       auto load_kv = [&](int n_tile, int stage) {
         const int key0 = n_tile * kBlockN;
         const int bs = p.block_size;
         const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
         const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
                                                                          : static_cast<int64_t>(seq) * p.block_table_stride);
-        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
         uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
+        int row_gather = 0;  // first row of the tile gathered with cp.async
+        if (maps.box_rows > 0) {
+          const int box = maps.box_rows;
+          const int n_boxes = max(0, min(kBlockN, seq_len - key0)) / box;
+          row_gather = n_boxes * box;
+          if (ctid == 0) {
+            const uint32_t full = full_bar(stage);
+            mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
+            for (int b = 0; b < n_boxes; ++b) {
+              const int key = key0 + b * box;
+              const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
+              const int blk = blocks[blk_idx];
+              const int in_block = key - blk_idx * bs;
+              const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
+              const uint32_t dk = smem_u32(dst_k) + b * box * 128;
+#pragma unroll
+              for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+                tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, blk, full);
+                tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, blk, full);
+              }
+            }
+          }
+        }
+        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
 #pragma unroll 4
-        for (int i = 0; i < kBlockN * kChunks / 128; ++i) {
-          // Chunk ctid + 128 i of the tile, row-major (a fixed column when kChunks divides 128).
-          const int r = (ctid + 128 * i) / kChunks, chunk = (ctid + 128 * i) % kChunks;
+        for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
+          // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
+          const int r = idx / kChunks, chunk = idx % kChunks;
           const int key = key0 + r;
           const bool valid = key < seq_len;
           const int kk = valid ? key : 0;
@@ -180,28 +228,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
         }
       };
       // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
-      // (u / kStages)-th use). Its stage is signalled when the copies landed, one tile later, so
-      // that two tiles are in flight; the writer-side proxy fence makes them visible to the
-      // consumers' tensor cores.
+      // (u / kStages)-th use). The copies complete the stage's "full" barrier by themselves (bulk
+      // copies by their bytes, cp.async by an arrival once each thread's copies landed), so the
+      // producer never waits for its own copies: every free stage is a tile in flight.
       for (int t = 0; t < num_tiles; ++t) {
         const int u = done + t;
         const int stage = u % kStages;
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
         load_kv(n_begin + t, stage);
-        cp_async_commit();
-        if (t > 0) {
-          cp_async_wait<1>();
-          fence_proxy_async();
-          mbar_arrive(full_bar((u - 1) % kStages));
-        }
-      }
-      if (num_tiles > 0) {
-        cp_async_wait<0>();
-        fence_proxy_async();
-        mbar_arrive(full_bar((done + num_tiles - 1) % kStages));
+        cp_async_mbar_arrive(full_bar(stage));
       }
       done += num_tiles;
     }
+    cp_async_wait_all();  // no copy outlives its thread
     return;
   }
 
@@ -353,6 +392,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       const int u = done + n_tile - n_begin;
       const int stage = u % kStages;
       mbar_wait(full_bar(stage), (u / kStages) & 1);
+      // Rows that cp.async wrote (generic proxy; every row without maps, else only in the tile that
+      // reaches seq_len) and that the barrier made visible to this thread: the proxy fence orders
+      // them before this thread's wgmma reads of the stage (async proxy). Bulk copies need none.
+      if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
       float s[Tr::kAccS];
       named_bar_sync(kBarTurn + wg, 256);
       issue_qk(s, stage);
@@ -420,6 +463,63 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
 
 namespace attn::fa {
 
+// Whether whole pages go through the bulk tensor copy engine (default); ATTN_FA_SM90_TMA=0 gathers
+// every row with cp.async, for A/B timing in one binary.
+inline bool sm90_tma() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_TMA");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// The page maps of p's caches (Sm90PageMaps), or none (box_rows = 0) when a tile is not whole pages
+// or a slice of one page, or the strides do not suit the copy engine. The maps of the last call
+// are kept: encoding them costs microseconds of host time, and a layer reuses its cache.
+template <int kHeadDim>
+sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
+  constexpr int kBlockN = sm90::Sm90Traits<kHeadDim>::kBlockN;
+  struct Key {
+    const void *k, *v;
+    int block_size, num_kv_heads;
+    int64_t block, slot, head;
+    bool fp16;
+    bool operator==(const Key& o) const {
+      return k == o.k && v == o.v && block_size == o.block_size && num_kv_heads == o.num_kv_heads && block == o.block &&
+             slot == o.slot && head == o.head && fp16 == o.fp16;
+    }
+  };
+  static thread_local Key last{};
+  static thread_local sm90::Sm90PageMaps maps{};
+  const Key key{p.k_cache, p.v_cache, p.block_size, p.num_kv_heads, p.kv_block_stride, p.kv_token_stride, p.kv_head_stride, fp16};
+  if (maps.box_rows != 0 && key == last) return maps;
+  sm90::Sm90PageMaps m{};
+  const int bs = p.block_size;
+  const bool whole_pages = bs > 0 && (kBlockN % bs == 0 || bs % kBlockN == 0);
+  const bool aligned = (p.kv_block_stride * 2) % 16 == 0 && (p.kv_token_stride * 2) % 16 == 0 &&
+                       (p.kv_head_stride * 2) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
+  if (!whole_pages || !aligned || !sm90_tma()) return m;
+  m.box_rows = std::min(bs, kBlockN);
+  m.slot_inner = p.kv_token_stride <= p.kv_head_stride ? 1 : 0;
+  // The block count is not a parameter: the bound only limits what the engine would fetch for an
+  // out-of-range block index, and every index comes from the block table.
+  constexpr uint64_t kMaxBlocks = uint64_t{1} << 30;
+  const uint64_t slot_dim[2] = {static_cast<uint64_t>(bs), static_cast<uint64_t>(p.kv_token_stride) * 2};
+  const uint64_t head_dim[2] = {static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(p.kv_head_stride) * 2};
+  const uint64_t* inner = m.slot_inner ? slot_dim : head_dim;
+  const uint64_t* outer = m.slot_inner ? head_dim : slot_dim;
+  const uint64_t dims[4] = {kHeadDim, inner[0], outer[0], kMaxBlocks};
+  const uint64_t strides[3] = {inner[1], outer[1], static_cast<uint64_t>(p.kv_block_stride) * 2};
+  const uint32_t box[4] = {64, m.slot_inner ? static_cast<uint32_t>(m.box_rows) : 1u,
+                           m.slot_inner ? 1u : static_cast<uint32_t>(m.box_rows), 1};
+  m.k = make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16);
+  m.v = make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16);
+  last = key;
+  maps = m;
+  return m;
+}
+
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
 template <int kHeadDim, class Element>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
@@ -437,7 +537,8 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
     ctas = std::min<int64_t>(work, std::max(sms, 1));
   }
   const dim3 grid(static_cast<unsigned>(ctas));
-  sm90::flash_fwd_sm90_kernel<kHeadDim, Element><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p);
+  const sm90::Sm90PageMaps maps = page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
+  sm90::flash_fwd_sm90_kernel<kHeadDim, Element><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
 }
 
 template <int kHeadDim>
