@@ -778,7 +778,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "quickstart", "decode_heavy",           "mixed_chunked_prefill", "long_context_decode", "cascade_shared_prefix",
       "gqa7_qwen2", "sliding_window_mistral", "softcap_window_gemma2", "sinks_gptoss",        "local_attention_llama4",
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
-      "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix"};
+      "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
