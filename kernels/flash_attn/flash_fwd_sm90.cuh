@@ -186,6 +186,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
         const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
                                                                          : static_cast<int64_t>(seq) * p.block_table_stride);
+        // Key -> (physical block, slot in it) through the block table.
+        auto page_of = [&](int key, int& blk, int& slot) {
+          const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
+          blk = blocks[blk_idx];
+          slot = key - blk_idx * bs;
+        };
         uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
         int row_gather = 0;  // first row of the tile gathered with cp.async
         if (maps.box_rows > 0) {
@@ -196,10 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t full = full_bar(stage);
             mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
             for (int b = 0; b < n_boxes; ++b) {
-              const int key = key0 + b * box;
-              const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
-              const int blk = blocks[blk_idx];
-              const int in_block = key - blk_idx * bs;
+              int blk, in_block;
+              page_of(key0 + b * box, blk, in_block);
               const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
               const uint32_t dk = smem_u32(dst_k) + b * box * 128;
 #pragma unroll
@@ -217,11 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int r = idx / kChunks, chunk = idx % kChunks;
           const int key = key0 + r;
           const bool valid = key < seq_len;
-          const int kk = valid ? key : 0;
-          const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
-          const int slot = kk - blk_idx * bs;
+          int blk, slot;
+          page_of(valid ? key : 0, blk, slot);
           const int64_t off =
-              (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
+              (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
           uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
           cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
           cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
