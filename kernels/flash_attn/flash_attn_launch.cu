@@ -41,6 +41,17 @@ void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode
   }
 }
 
+template <int D, class Element>
+int ctas_per_sm_kv(bool fp8, bool decode) {
+  if (fp8) return decode ? fa::flash_fwd_ctas_per_sm<D, Element, true, true>() : fa::flash_fwd_ctas_per_sm<D, Element, true, false>();
+  return decode ? fa::flash_fwd_ctas_per_sm<D, Element, false, true>() : fa::flash_fwd_ctas_per_sm<D, Element, false, false>();
+}
+
+template <int D>
+int ctas_per_sm_dtype(DType dtype, bool fp8, bool decode) {
+  return dtype == DType::f16 ? ctas_per_sm_kv<D, __half>(fp8, decode) : ctas_per_sm_kv<D, __nv_bfloat16>(fp8, decode);
+}
+
 // The sm_90a kernel exists for head sizes 64, 128, 192 and 256 (the quick build keeps 128 and 192).
 bool sm90_compiled_for(int d) {
   switch (d) {
@@ -111,6 +122,23 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   // 128-row tiles: the mma.sync prefill tile for head sizes <= 128, and what the planner gives
   // head size 256 when this kernel is available (flash_attn_sm90_available).
   return !t.decode && t.no_small_seqs && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
+}
+
+int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
+  if (!flash_attn_unsupported_reason(c).empty()) return 0;
+  // The persistent sm_90a kernel keeps the split rule it was measured with.
+  if (flash_attn_uses_sm90(c, t)) return 2;
+  const bool fp8 = is_fp8(c.kv_dtype);
+  switch (c.head_size_qk) {
+#if !defined(ATTN_QUICK_BUILD)
+    case 64: return ctas_per_sm_dtype<64>(c.dtype, fp8, t.decode);
+    case 96: return ctas_per_sm_dtype<96>(c.dtype, fp8, t.decode);
+    case 256: return ctas_per_sm_dtype<256>(c.dtype, fp8, t.decode);
+#endif
+    case 128: return ctas_per_sm_dtype<128>(c.dtype, fp8, t.decode);
+    case 192: return ctas_per_sm_dtype<192>(c.dtype, fp8, t.decode);
+    default: return 0;
+  }
 }
 
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,

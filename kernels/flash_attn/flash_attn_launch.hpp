@@ -55,6 +55,11 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c);
 // 128-row tiles without decode-sized sequences.
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
+// CTAs per SM of the kernel that launch_flash_attn_fwd runs for `c` and `t` on the current device
+// (its registers and shared memory decide), for the split rule; 2 for the persistent sm_90a kernel
+// (the rule it was measured with); 0 when unsupported or no device answers.
+int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t);
+
 // Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws
 // RuntimeError when `c` is unsupported or the launch fails. Allocates nothing, never syncs.
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,

@@ -175,42 +175,51 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
       // A tile is whole pages (or a slice of one), so with maps, every box of box_rows keys below
-      // seq_len is one bulk copy per 64 dims of K and of V, all issued by producer thread 0: the
-      // copy engine does the address arithmetic that costs the gather its issue slots. The rows
-      // from the first box reaching seq_len on (the last tile of a sequence) are gathered with
-      // 16-byte cp.async by all producer threads, and keys at or past seq_len are zero-filled
-      // (never read from the cache: page tails may hold NaN, and P = 0 times NaN is NaN).
-      auto load_kv = [&](int n_tile, int stage) {
+      // seq_len is one bulk copy per 64 dims of K and of V: the copy engine does the address
+      // arithmetic that costs the gather its issue slots. The rows from the first box reaching
+      // seq_len on (the last tile of a sequence) are gathered with 16-byte cp.async by all producer
+      // threads, and keys at or past seq_len are zero-filled (never read from the cache: page tails
+      // may hold NaN, and P = 0 times NaN is NaN).
+      const int bs = p.block_size;
+      const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+      const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
+                                                                       : static_cast<int64_t>(seq) * p.block_table_stride);
+      // Key -> (physical block, slot in it) through the block table.
+      auto page_of = [&](int key, int& blk, int& slot) {
+        const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
+        blk = blocks[blk_idx];
+        slot = key - blk_idx * bs;
+      };
+      // Boxes of tile n_tile that go through the copy engine: at most kBlockN / 16 (a block size
+      // is a multiple of 16), so lane b of producer warp 0 owns box b. The lanes read their
+      // block-table entries at once, before the producer waits for the stage, so the wait hides
+      // the load: one thread reading them in turn would wait for each behind the copies it issued
+      // (their asm is a compiler barrier), a load latency per page.
+      auto boxes_of = [&](int n_tile) {
+        return maps.box_rows > 0 ? max(0, min(kBlockN, seq_len - n_tile * kBlockN)) / maps.box_rows : 0;
+      };
+      auto fetch_box_block = [&](int n_tile) {
+        int blk = 0, slot;
+        if (warp == 0 && lane < boxes_of(n_tile)) page_of(n_tile * kBlockN + lane * maps.box_rows, blk, slot);
+        return blk;
+      };
+      auto load_kv = [&](int n_tile, int stage, int box_block) {
         const int key0 = n_tile * kBlockN;
-        const int bs = p.block_size;
-        const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-        const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
-                                                                         : static_cast<int64_t>(seq) * p.block_table_stride);
-        // Key -> (physical block, slot in it) through the block table.
-        auto page_of = [&](int key, int& blk, int& slot) {
-          const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
-          blk = blocks[blk_idx];
-          slot = key - blk_idx * bs;
-        };
         uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
-        int row_gather = 0;  // first row of the tile gathered with cp.async
-        if (maps.box_rows > 0) {
-          const int box = maps.box_rows;
-          const int n_boxes = max(0, min(kBlockN, seq_len - key0)) / box;
-          row_gather = n_boxes * box;
-          if (ctid == 0) {
-            const uint32_t full = full_bar(stage);
-            mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
-            for (int b = 0; b < n_boxes; ++b) {
-              int blk, in_block;
-              page_of(key0 + b * box, blk, in_block);
-              const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
-              const uint32_t dk = smem_u32(dst_k) + b * box * 128;
+        const int n_boxes = boxes_of(n_tile);
+        const int row_gather = n_boxes * maps.box_rows;  // first row of the tile gathered with cp.async
+        if (warp == 0 && n_boxes > 0) {
+          const uint32_t full = full_bar(stage);
+          if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
+          if (lane < n_boxes) {
+            const int key = key0 + lane * maps.box_rows;
+            const int in_block = bs_shift >= 0 ? key & (bs - 1) : key % bs;
+            const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
+            const uint32_t dk = smem_u32(dst_k) + lane * maps.box_rows * 128;
 #pragma unroll
-              for (int cb = 0; cb < kHeadDim / 64; ++cb) {
-                tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, blk, full);
-                tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, blk, full);
-              }
+            for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+              tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, box_block, full);
+              tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, box_block, full);
             }
           }
         }
@@ -237,8 +246,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int t = 0; t < num_tiles; ++t) {
         const int u = done + t;
         const int stage = u % kStages;
+        const int box_block = fetch_box_block(n_begin + t);
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
-        load_kv(n_begin + t, stage);
+        load_kv(n_begin + t, stage, box_block);
         cp_async_mbar_arrive(full_bar(stage));
       }
       done += num_tiles;

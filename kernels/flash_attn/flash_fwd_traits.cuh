@@ -66,4 +66,8 @@ struct FwdTraits {
 template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream);
 
+// CTAs of that kernel resident per SM on the current device; 0 when it cannot be told.
+template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
+int flash_fwd_ctas_per_sm();
+
 }  // namespace attn::fa

@@ -445,6 +445,26 @@ TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(100, 200, 132), 1);        // too short to split
   EXPECT_EQ(flash_attn_num_splits(66, 100000, 132), 4);      // 2 CTAs per SM
   EXPECT_EQ(flash_attn_num_splits(64, 16384, 132), 4);       // 256 CTAs fit 264 slots; 5 would not
+  // Several waves: split only when the last one would leave more than 15 % of the slots idle.
+  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 2), 1);    // 1.94 waves of 264
+  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 3), 3);    // 1.29 waves of 396 -> 3.88
+  EXPECT_EQ(flash_attn_num_splits(1024, 2048, 132, 3), 1);   // 2.59 waves: 0.86 of the last one busy
+  EXPECT_EQ(flash_attn_num_splits(512, 200, 132, 3), 1);     // too short to split
+  EXPECT_EQ(flash_attn_num_splits(128, 32768, 132, 2), 2);   // 16 x 32k decode: one wave of 256
+}
+
+TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // The hd128 decode kernels: a 16-bit cache fills 2 CTAs per SM (shared memory), fp8 3.
+  FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
+  const FlashAttnTiling decode = flash_attn_tiling(128, 4);
+  EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
+  c.kv_dtype = DType::fp8_e4m3;
+  EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 3);
+  const std::vector<int32_t> q(64, 1), k(64, 4096);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false, &c).num_splits, 3);
+  c.kv_dtype = c.dtype;
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false, &c).num_splits, 1);
 }
 
 TEST(FlashAttnSelector, Sm90TilesOf128RowsOnlyWithoutDecodeSizedSequences) {

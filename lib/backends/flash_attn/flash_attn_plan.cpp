@@ -1,17 +1,27 @@
 #include "backends/flash_attn/flash_attn_plan.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 namespace attn {
 
-int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms) {
-  if (ctas <= 0 || ctas >= num_sms) return 1;
-  // At most 2 CTAs per SM: one full wave of the hd128 decode tiling (2 CTAs per SM), never a
-  // second, short one (5 splits of 64 CTAs = 320 > 264 slots ran 14 % slower than 4 would fit).
-  const int64_t for_waves = std::max<int64_t>(1, 2 * static_cast<int64_t>(num_sms) / ctas);
-  const int64_t by_length = std::max(1, max_keys / kMinSplitKeys);
-  return static_cast<int>(std::clamp<int64_t>(std::min(for_waves, by_length), 1, kMaxSplits));
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm) {
+  if (ctas <= 0 || num_sms <= 0) return 1;
+  const int64_t slots = static_cast<int64_t>(num_sms) * std::max(ctas_per_sm, 1);
+  // Share of the slots the last wave of ctas x s CTAs keeps busy.
+  auto eff = [&](int s) {
+    const int64_t n = ctas * s;
+    return static_cast<double>(n) / static_cast<double>((n + slots - 1) / slots * slots);
+  };
+  if (eff(1) >= 0.85) return 1;
+  const int max_s = static_cast<int>(std::clamp<int64_t>(max_keys / kMinSplitKeys, 1, kMaxSplits));
+  int best = 1;
+  for (int s = 1; s <= max_s; ++s) {
+    if (eff(s) >= 0.95) return s;
+    if (eff(s) > eff(best)) best = s;
+  }
+  return best;
 }
 
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, bool sm90) {
@@ -27,7 +37,7 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
 
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin, bool sm90) {
+                                   int kv_begin, bool sm90, const FlashAttnConfig* config) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
   int max_keys = 0;
@@ -56,7 +66,9 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     pass.tiles.push_back(t.seq);
     pass.tiles.push_back(t.m_block);
   }
-  pass.num_splits = flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms);
+  const int per_sm = config != nullptr ? flash_attn_ctas_per_sm(*config, pass.tiling) : 0;
+  pass.num_splits =
+      flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2);
   return pass;
 }
 
@@ -69,7 +81,8 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
 
   FlashAttnSchedule s;
   const CascadeChoice cascade = choose_cascade(b, m, opts.cascade, num_sms);
-  const bool sm90 = flash_attn_sm90_available(make_flash_attn_config(spec));
+  const FlashAttnConfig config = make_flash_attn_config(spec);
+  const bool sm90 = flash_attn_sm90_available(config);
   s.cascade = cascade.use;
   s.cascade_reason = cascade.reason;
 
@@ -77,13 +90,17 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     s.prefix_len = cascade.prefix_len;
     const int32_t num_tokens = static_cast<int32_t>(m.num_actual_tokens);
     s.prefix = make_flash_attn_pass({num_tokens}, {s.prefix_len}, false, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                    num_sms, 0, sm90);
+                                    num_sms, 0, sm90, &config);
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, true, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, s.prefix_len, sm90);
+                                  num_sms, s.prefix_len, sm90, &config);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, 0, sm90);
+                                  num_sms, 0, sm90, &config);
   }
+  // ATTN_FA_NUM_SPLITS=N forces N KV splits on the main pass (A/B timing of the split rule, like
+  // the num_splits argument of vLLM's flash_attn_varlen_func); 0 or unset keeps the rule.
+  if (const char* v = std::getenv("ATTN_FA_NUM_SPLITS"); v != nullptr && std::atoi(v) > 0)
+    s.main.num_splits = std::min(std::atoi(v), kMaxSplits);
   return s;
 }
 

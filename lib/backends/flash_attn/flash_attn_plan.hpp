@@ -33,12 +33,17 @@ struct FlashAttnSchedule {
   std::string summary() const;
 };
 
-// Split rule (FlashDecoding): split only while the pass has fewer CTAs (tiles x kv heads) than
-// SMs; then aim at 2 CTAs per SM without exceeding it, keeping each KV chunk at least kMinSplitKeys keys, at most
-// kMaxSplits chunks.
+// Split rule (FlashDecoding): a pass of `ctas` CTAs (tiles x kv heads) fills slots = num_sms x
+// ctas_per_sm at once. Splitting each CTA's keys in s chunks makes ctas x s CTAs, whose last wave
+// fills a share eff(s) = waves / ceil(waves) of the slots. No split while eff(1) >= 0.85 (a split
+// costs a partial write and a merge); else the fewest splits s <= min(kMaxSplits, max_keys /
+// kMinSplitKeys) with eff(s) >= 0.95, or the best eff when none. fp8 64 x 4k decode (512 CTAs, 3 per
+// SM): 1 split leaves 0.65 of the second wave busy and took 291.7 us; 2/3/4/6 splits took
+// 245.4/239.7/246.5/247.4 us, 10 (eff 0.995) 246.9: more splits than needed cost more than the
+// last few percent of a wave.
 constexpr int kMinSplitKeys = 256;
 constexpr int kMaxSplits = 32;
-int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms);
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm = 2);
 
 // The launcher's view of a layer: what its selector decides support and kernels on.
 FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
@@ -52,10 +57,11 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended. The tiling is flash_attn_pass_tiling's (sm90: 128-row tiles for a
 // prefill pass with no decode-sized sequence, which head size 256 needs: its mma.sync tiles are
-// 64 rows).
+// 64 rows). With `config`, the split rule counts the CTAs per SM of the kernel that runs the pass
+// (flash_attn_ctas_per_sm); without it, or when the device cannot tell, 2.
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin, bool sm90 = false);
+                                   int kv_begin, bool sm90 = false, const FlashAttnConfig* config = nullptr);
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
                                   int num_sms);
