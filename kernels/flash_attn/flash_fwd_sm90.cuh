@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
         const int n_boxes = boxes_of(n_tile);
         const int row_gather = n_boxes * maps.box_rows;  // first row of the tile gathered with cp.async
-        if (warp == 0 && n_boxes > 0) {
+        if (warp == 0 && maps.box_rows > 0) {
+          // The barrier counts this arrival with maps whether or not the tile has a box.
           const uint32_t full = full_bar(stage);
           if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
           if (lane < n_boxes) {
