@@ -451,6 +451,7 @@ TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(1024, 2048, 132, 3), 1);   // 2.59 waves: 0.86 of the last one busy
   EXPECT_EQ(flash_attn_num_splits(512, 200, 132, 3), 1);     // too short to split
   EXPECT_EQ(flash_attn_num_splits(128, 32768, 132, 2), 2);   // 16 x 32k decode: one wave of 256
+  EXPECT_EQ(flash_attn_num_splits(202, 3000, 132, 2), 1);    // every SM busy, less than one wave
 }
 
 TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {

@@ -14,7 +14,9 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
     const int64_t n = ctas * s;
     return static_cast<double>(n) / static_cast<double>((n + slots - 1) / slots * slots);
   };
-  if (eff(1) >= 0.85) return 1;
+  // One partial wave that already reaches every SM stays unsplit: lengths vary (the eff model
+  // assumes equal CTAs), and splitting short sequences only adds partial states to merge.
+  if (eff(1) >= 0.85 || (ctas >= num_sms && ctas < slots)) return 1;
   const int max_s = static_cast<int>(std::clamp<int64_t>(max_keys / kMinSplitKeys, 1, kMaxSplits));
   int best = 1;
   for (int s = 1; s <= max_s; ++s) {

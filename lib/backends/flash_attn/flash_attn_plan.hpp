@@ -36,7 +36,8 @@ struct FlashAttnSchedule {
 // Split rule (FlashDecoding): a pass of `ctas` CTAs (tiles x kv heads) fills slots = num_sms x
 // ctas_per_sm at once. Splitting each CTA's keys in s chunks makes ctas x s CTAs, whose last wave
 // fills a share eff(s) = waves / ceil(waves) of the slots. No split while eff(1) >= 0.85 (a split
-// costs a partial write and a merge); else the fewest splits s <= min(kMaxSplits, max_keys /
+// costs a partial write and a merge), nor when the CTAs reach every SM in less than one wave;
+// else the fewest splits s <= min(kMaxSplits, max_keys /
 // kMinSplitKeys) with eff(s) >= 0.95, or the best eff when none. fp8 64 x 4k decode (512 CTAs, 3 per
 // SM): 1 split leaves 0.65 of the second wave busy and took 291.7 us; 2/3/4/6 splits took
 // 245.4/239.7/246.5/247.4 us, 10 (eff 0.995) 246.9: more splits than needed cost more than the
