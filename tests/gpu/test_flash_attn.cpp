@@ -445,13 +445,15 @@ TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(100, 200, 132), 1);        // too short to split
   EXPECT_EQ(flash_attn_num_splits(66, 100000, 132), 4);      // 2 CTAs per SM
   EXPECT_EQ(flash_attn_num_splits(64, 16384, 132), 4);       // 256 CTAs fit 264 slots; 5 would not
-  // Several waves: split only when the last one would leave more than 15 % of the slots idle.
-  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 2), 1);    // 1.94 waves of 264
-  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 3), 3);    // 1.29 waves of 396 -> 3.88
-  EXPECT_EQ(flash_attn_num_splits(1024, 2048, 132, 3), 1);   // 2.59 waves: 0.86 of the last one busy
-  EXPECT_EQ(flash_attn_num_splits(512, 200, 132, 3), 1);     // too short to split
-  EXPECT_EQ(flash_attn_num_splits(128, 32768, 132, 2), 2);   // 16 x 32k decode: one wave of 256
-  EXPECT_EQ(flash_attn_num_splits(202, 3000, 132, 2), 1);    // every SM busy, less than one wave
+  // Decode CTAs in several waves: split only when the last one would leave > 15 % of the slots idle.
+  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 2, true), 1);    // 1.94 waves of 264
+  EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 3, true), 3);    // 1.29 waves of 396 -> 3.88
+  EXPECT_EQ(flash_attn_num_splits(1024, 2048, 132, 3, true), 1);   // 2.59 waves: 0.86 of the last one busy
+  EXPECT_EQ(flash_attn_num_splits(512, 200, 132, 3, true), 1);     // too short to split
+  EXPECT_EQ(flash_attn_num_splits(128, 32768, 132, 2, true), 2);   // 16 x 32k decode: one wave of 256
+  EXPECT_EQ(flash_attn_num_splits(202, 3000, 132, 2, true), 1);    // every SM busy, less than one wave
+  EXPECT_EQ(flash_attn_num_splits(640, 2048, 132, 2, false), 1);   // prefill tiles differ: never split
+  EXPECT_EQ(flash_attn_num_splits(640, 2048, 132, 2, true), 2);    // the same count of decode CTAs: 2
 }
 
 TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {

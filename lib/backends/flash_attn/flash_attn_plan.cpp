@@ -6,7 +6,7 @@
 
 namespace attn {
 
-int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm) {
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm, bool equal_ctas) {
   if (ctas <= 0 || num_sms <= 0) return 1;
   const int64_t slots = static_cast<int64_t>(num_sms) * std::max(ctas_per_sm, 1);
   // Share of the slots the last wave of ctas x s CTAs keeps busy.
@@ -14,9 +14,7 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
     const int64_t n = ctas * s;
     return static_cast<double>(n) / static_cast<double>((n + slots - 1) / slots * slots);
   };
-  // One partial wave that already reaches every SM stays unsplit: lengths vary (the eff model
-  // assumes equal CTAs), and splitting short sequences only adds partial states to merge.
-  if (eff(1) >= 0.85 || (ctas >= num_sms && ctas < slots)) return 1;
+  if (ctas >= num_sms && (!equal_ctas || ctas < slots || eff(1) >= 0.85)) return 1;
   const int max_s = static_cast<int>(std::clamp<int64_t>(max_keys / kMinSplitKeys, 1, kMaxSplits));
   int best = 1;
   for (int s = 1; s <= max_s; ++s) {
@@ -70,7 +68,8 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   }
   const int per_sm = config != nullptr ? flash_attn_ctas_per_sm(*config, pass.tiling) : 0;
   pass.num_splits =
-      flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2);
+      flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
+                            pass.tiling.decode);
   return pass;
 }
 

@@ -34,17 +34,20 @@ struct FlashAttnSchedule {
 };
 
 // Split rule (FlashDecoding): a pass of `ctas` CTAs (tiles x kv heads) fills slots = num_sms x
-// ctas_per_sm at once. Splitting each CTA's keys in s chunks makes ctas x s CTAs, whose last wave
-// fills a share eff(s) = waves / ceil(waves) of the slots. No split while eff(1) >= 0.85 (a split
-// costs a partial write and a merge), nor when the CTAs reach every SM in less than one wave;
-// else the fewest splits s <= min(kMaxSplits, max_keys /
-// kMinSplitKeys) with eff(s) >= 0.95, or the best eff when none. fp8 64 x 4k decode (512 CTAs, 3 per
-// SM): 1 split leaves 0.65 of the second wave busy and took 291.7 us; 2/3/4/6 splits took
-// 245.4/239.7/246.5/247.4 us, 10 (eff 0.995) 246.9: more splits than needed cost more than the
-// last few percent of a wave.
+// ctas_per_sm at once; splitting each CTA's keys in s chunks makes ctas x s CTAs, whose last wave
+// fills a share eff(s) = waves / ceil(waves) of the slots.
+// - Fewer CTAs than SMs: the fewest s <= min(kMaxSplits, max_keys / kMinSplitKeys) with
+//   eff(s) >= 0.95, or the best eff when none (one wave of up to ctas_per_sm CTAs per SM).
+// - Otherwise no split, except for CTAs of equal work (a decode pass, equal_ctas) in more than one
+//   wave whose last wave would leave more than 15 % of the slots idle (eff(1) < 0.85); then the
+//   same search. A split costs a partial write and a merge, and prefill tiles differ in length.
+// Measured on the H100 (3 rounds, median of 30): fp8 64 x 4k decode (512 CTAs, 3 per SM) took
+// 277 us unsplit, 245/240/247/247 us in 2/3/4/6 splits, 247 us in 10 (eff 0.995); the 48 decodes
+// at 2k (384 CTAs, 2 per SM) 176 us unsplit, 171 us in 2; a mixed step (48 decodes at 2k + 2 x 512
+// new tokens, 640 prefill-tiling CTAs) 256 us unsplit, 272 us in 2 (hence equal_ctas).
 constexpr int kMinSplitKeys = 256;
 constexpr int kMaxSplits = 32;
-int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm = 2);
+int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm = 2, bool equal_ctas = false);
 
 // The launcher's view of a layer: what its selector decides support and kernels on.
 FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
