@@ -47,9 +47,9 @@ using namespace attn::kern;
 //   dims of the 16-dim group b, i.e. thread dims 16b + 4t + {0, 2} ({1, 3}); the epilogue undoes
 //   this when it stores O.
 
-// One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 constexpr float kFp8QScale = 1.f / 256.f;
 
+// One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 template <class Tr>
 __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh) {
   using Element = typename Tr::Element;

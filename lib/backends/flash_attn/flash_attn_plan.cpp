@@ -100,8 +100,11 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   }
   // ATTN_FA_NUM_SPLITS=N forces N KV splits on the main pass (A/B timing of the split rule, like
   // the num_splits argument of vLLM's flash_attn_varlen_func); 0 or unset keeps the rule.
-  if (const char* v = std::getenv("ATTN_FA_NUM_SPLITS"); v != nullptr && std::atoi(v) > 0)
-    s.main.num_splits = std::min(std::atoi(v), kMaxSplits);
+  static const int forced_splits = [] {
+    const char* v = std::getenv("ATTN_FA_NUM_SPLITS");
+    return v != nullptr ? std::clamp(std::atoi(v), 0, kMaxSplits) : 0;
+  }();
+  if (forced_splits > 0) s.main.num_splits = forced_splits;
   return s;
 }
 
