@@ -440,10 +440,10 @@ TEST(FlashAttnSelector, RejectsWithReasons) {
 
 TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(512, 4096, 132), 1);       // enough CTAs
-  EXPECT_EQ(flash_attn_num_splits(8, 4096, 132), 16);        // 4096 / 256 caps the 33 for 2 CTAs per SM
+  EXPECT_EQ(flash_attn_num_splits(8, 4096, 132), 16);        // 4096 / 256 = 16 caps the search (a full wave needs 33)
   EXPECT_EQ(flash_attn_num_splits(8, 100000, 132), 32);      // capped at kMaxSplits
   EXPECT_EQ(flash_attn_num_splits(100, 200, 132), 1);        // too short to split
-  EXPECT_EQ(flash_attn_num_splits(66, 100000, 132), 4);      // 2 CTAs per SM
+  EXPECT_EQ(flash_attn_num_splits(66, 100000, 132), 4);      // 264 CTAs: one full wave of 2 per SM
   EXPECT_EQ(flash_attn_num_splits(64, 16384, 132), 4);       // 256 CTAs fit 264 slots; 5 would not
   // Decode CTAs in several waves: split only when the last one would leave > 15 % of the slots idle.
   EXPECT_EQ(flash_attn_num_splits(512, 4096, 132, 2, true), 1);    // 1.94 waves of 264
