@@ -10,7 +10,7 @@
 // tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
 // and 192, two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole
 // pages or a slice of one, so each page below seq_len arrives as bulk tensor copies (one box of 64
-// dims x the page's slots per 64 dims, one thread issuing them through the block table); the rows
+// dims x the page's slots per 64 dims, lane b of producer warp 0 issuing those of page b); the rows
 // of the page that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len. The
 // copies complete the stage's "full" mbarrier themselves; the producer gives most of its registers
 // to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
