@@ -264,6 +264,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool alibi = p.alibi_slopes != nullptr;
   const float qk_scale = p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e);
   const float cap_log2 = p.softcap * kLog2e;
+  // Without a soft cap or ALiBi the score scale is fused into the exponent (exp2(s * scale - m)),
+  // which needs a positive scale to commute with the row maximum.
+  const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
   int done = 0;  // key tiles of earlier items (the producer's count)
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
     const Item item = item_of(w);
@@ -334,10 +337,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
     auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
       const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
-      const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
-      const float s_scale = plain ? qk_scale : 1.f;
+      const float s_scale = fused_scale ? qk_scale : 1.f;
       const int key_tile0 = n_tile * kBlockN;
-      if (!plain) {
+      if (fused_scale && need_mask) {
+        // Mask only (causal diagonal, window or chunk edge): the scores stay unscaled and a key
+        // outside the row's [lo, hi] becomes -inf. The general loop below carries the soft cap
+        // and ALiBi branches in every score; on the diagonal tile of each causal item its code
+        // missed the instruction cache (ncu, 8 x 1k: 8 % of the samples).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int prow = warp_row0 + g + 8 * h;
+          const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos_base + prow / G);
+          const int lo = vis.lo - key_tile0 - 2 * tq, hi = vis.hi - key_tile0 - 2 * tq;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (j * 8 + e < lo || j * 8 + e > hi) s[4 * j + 2 * h + e] = -INFINITY;
+        }
+      } else if (!fused_scale) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int prow = warp_row0 + g + 8 * h;
@@ -428,9 +446,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
     }
 
-    // ---- epilogue straight from registers: each quad owns whole rows ----
+    // ---- epilogue from registers: each quad owns whole rows ----
+    // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
+    // of the Q buffer (this consumer's Q K^T are done, and the next item's Q is loaded only after
+    // both consumers passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
+    // the accumulator layout, a warp's 4-byte stores filled half of each 32-byte sector and queued
+    // behind each other (ncu, 8 x 1k: the stores' LSU throttle was 3 % of the samples).
     const bool use_sink = p.sinks != nullptr && split == 0;
     const int64_t slot = p.partial_offset + split;
+    const bool staged = p.o_partial == nullptr;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float sm = row_sum[h];
@@ -451,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
       const int64_t tok = q_start + t;
       const int64_t row_index = tok * p.num_q_heads + head;
-      if (p.o_partial != nullptr) {
+      if (!staged) {
         // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
         const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
         float* dst = p.o_partial + prow_index * kHeadDim + 2 * tq;
@@ -460,12 +484,35 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
         if (tq == 0) p.lse_partial[prow_index] = lse;
       } else {
-        // o: [num_tokens, num_q_heads, D] of the model dtype
-        Element* dst = static_cast<Element*>(p.o) + row_index * kHeadDim + 2 * tq;
+        // Row g + 8 h of this warp, chunk d: 4 bytes at 4 tq (the swizzle spreads the 8 rows of a
+        // chunk over all banks).
+        const int srow = wg * 64 + warp * 16 + g + 8 * h;
 #pragma unroll
         for (int d = 0; d < kHeadDim / 8; ++d)
-          *reinterpret_cast<uint32_t*>(dst + d * 8) = pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+          *reinterpret_cast<uint32_t*>(sQ + swizzled(srow, d, kQBlockBytes) + 4 * tq) =
+              pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
         if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
+      }
+    }
+    if (staged) {
+      // o: [num_tokens, num_q_heads, D] of the model dtype. Lane r < 16 finds where row r of the
+      // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.
+      int64_t dst_row = -1;
+      if (lane < 16) {
+        const int prow = warp_row0 + lane;
+        const int t = prow / G;
+        if (t < q_len) dst_row = ((q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDim;
+      }
+      __syncwarp();  // the warp's rows are in shared memory
+      Element* o = static_cast<Element*>(p.o);
+#pragma unroll 4  // fully unrolled, head size 192 spilled (the loads ran ahead of the stores)
+      for (int i = 0; i < 16 * kChunks / 32; ++i) {
+        const int r = (i * 32 + lane) / kChunks, c = (i * 32 + lane) % kChunks;
+        const int64_t row = __shfl_sync(0xffffffffu, dst_row, r);
+        if (row >= 0) {
+          const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
+          *reinterpret_cast<uint4*>(o + row + c * 8) = v;
+        }
       }
     }
     done += num_tiles;
