@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/fp8_widen.cuh"
+#include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
@@ -28,26 +28,9 @@ using namespace attn::kern;
 
 // ---- the kernel ----------------------------------------------------------------------------------
 //
-// The fp8 path multiplies in fp16 whatever the model dtype: every e4m3/e5m2 code widens to fp16
-// in one conversion per pair (bf16 would take three more instructions per pair through fp32, the
-// widening cost that kept fp8 decode at 0.6 x the bf16 time), fp16 holds P in [0, 1] more finely
-// than bf16, and a bf16 Q is stored once as fp16 times 2^-8 (kFp8QScale, given back in the score
-// scale): exact for |q| in [2^-6, 2^23], an absolute error under 2^-17 below, no overflow for any
-// |q| under 1.6e7.
-//
-// Operand layouts of the fp8 path. ldmatrix moves 16-bit elements, so on fp8 rows each thread
-// receives 4 consecutive bytes where a 16-bit tile would give it 2 elements:
-// - Q·K^T: the reduction runs over head dims in any order, so k-slots {2t, 2t+1, 2t+8, 2t+9} of
-//   a 16-wide k-step (t = lane % 4) take head dims 4t..4t+3. A K row's 4 bytes are then exactly
-//   the thread's (b0, b1) pair, and Q's A fragment is read with the same order (one 8-byte load
-//   per row).
-// - P·V: ldmatrix.trans on 16 fp8 bytes per key row hands a thread keys (2t, 2t+1) of head dims
-//   2g and 2g+1 (g = lane / 4); a byte permute splits them into the B fragments of two output
-//   column blocks, "even dims" and "odd dims". O column block 2b (2b+1) then holds the even (odd)
-//   dims of the 16-dim group b, i.e. thread dims 16b + 4t + {0, 2} ({1, 3}); the epilogue undoes
-//   this when it stores O.
-
-constexpr float kFp8QScale = 1.f / 256.f;
+// The fp8 path multiplies in fp16 whatever the model dtype and reads the raw cache bytes straight
+// into the MMA operands; kernels/common/mma_fp8.cuh has the operand layouts (Q·K^T over head dims
+// in the order 4t..4t+3, P·V into even/odd dim column blocks) and kFp8QScale.
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 template <class Tr>
@@ -175,15 +158,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     cp_async_wait<kStages - 1>();
     constexpr int kChunks = D / 8;
     for (int c = tid; c < kBlockM * kChunks; c += Tr::kThreads) {
-      uint4* chunk = reinterpret_cast<uint4*>(sQ + (c / kChunks) * kRS + (c % kChunks) * 8);
-      uint4 v = *chunk;
-      uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-        w[i] = pack2<__half>(f.x * kFp8QScale, f.y * kFp8QScale);
-      }
-      *chunk = v;
+      fp8_q_to_half(sQ + (c / kChunks) * kRS + (c % kChunks) * 8);
     }
   }
 
@@ -254,22 +229,16 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 #pragma unroll
             for (int mi = 0; mi < Tr::kMFrags; ++mi) {
               const Element* qr = sQ + (warp_m * Tr::kWarpRows + mi * 16 + g) * kRS + (kKPer * kp + h) * 16 + 4 * tq;
-              const uint2 lo = *reinterpret_cast<const uint2*>(qr);
-              const uint2 hi = *reinterpret_cast<const uint2*>(qr + 8 * kRS);
-              a[h][mi][0] = lo.x;
-              a[h][mi][1] = hi.x;
-              a[h][mi][2] = lo.y;
-              a[h][mi][3] = hi.y;
+              fp8_q_fragment(a[h][mi], qr, qr + 8 * kRS);
             }
 #pragma unroll
           for (int nb = 0; nb < Tr::kNFrags / kNPer; ++nb) {
             uint32_t raw[4];  // [key block nb * kNPer + i % kNPer, k-step kKPer * kp + i / kNPer]
-            const int mat = lane / 8;
-            const int key = wkey0 + (nb * kNPer + mat % kNPer) * 8 + (lane % 8);
-            ldmatrix_x4(raw, sK + key * kKvRow + (kKPer * kp + mat / kNPer) * 16);
+            const int key = fp8_k_lane_key<kNPer>(lane, wkey0, nb);
+            ldmatrix_x4(raw, sK + key * kKvRow + (kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)) * 16);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const uint2 bb = fp8x4_to_16<MmaT>(raw[i], e5m2);
+              const uint2 bb = fp8_k_fragment(raw[i], e5m2);
 #pragma unroll
               for (int mi = 0; mi < Tr::kMFrags; ++mi)
                 mma_16816<MmaT>(acc_s[mi][nb * kNPer + i % kNPer], a[i / kNPer][mi], bb.x, bb.y);
@@ -339,12 +308,11 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
             ldmatrix_x4_trans(raw, sV + key * kKvRow + (2 * dq + lane / 16) * 16);
 #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
-              const uint2 lo = fp8x4_to_16<MmaT>(__byte_perm(raw[2 * gi], 0, 0x3120), e5m2);
-              const uint2 hi = fp8x4_to_16<MmaT>(__byte_perm(raw[2 * gi + 1], 0, 0x3120), e5m2);
+              const uint4 b = fp8_v_fragments(raw[2 * gi], raw[2 * gi + 1], e5m2);
 #pragma unroll
               for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-                mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi], a[mi], lo.x, hi.x);
-                mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi + 1], a[mi], lo.y, hi.y);
+                mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi], a[mi], b.x, b.y);
+                mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi + 1], a[mi], b.z, b.w);
               }
             }
           }
@@ -430,9 +398,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         // Column blocks (2b, 2b + 1) hold the even and odd dims 16b + 4t + {0..3}.
 #pragma unroll
         for (int b = 0; b < Tr::kDFrags / 2; ++b)
-          *reinterpret_cast<float4*>(dst + b * 16 + 4 * tq) =
-              make_float4(acc_o[mi][2 * b][2 * h], acc_o[mi][2 * b + 1][2 * h], acc_o[mi][2 * b][2 * h + 1],
-                          acc_o[mi][2 * b + 1][2 * h + 1]);
+          *reinterpret_cast<float4*>(dst + b * 16 + 4 * tq) = fp8_o_dims(acc_o[mi][2 * b], acc_o[mi][2 * b + 1], h);
       }
     }
   }

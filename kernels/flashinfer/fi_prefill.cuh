@@ -10,14 +10,19 @@
 // 4 x 32 rows) or, for kTileQ 16, the keys of every kv tile (4 x 16 keys), whose per-warp states
 // merge in shared memory at the end. Shared-memory rows are XOR-swizzled in 16-byte chunks
 // (chunk ^ row % 8), so the 8 rows one ldmatrix reads fall in 8 different bank groups.
-// fp8 caches land raw and are widened once per tile into the 16-bit tile the MMAs read.
+// fp8 caches stay raw in the ring, swizzled the same way: ldmatrix reads the fp8 rows as if they
+// were 16-bit and the codes widen in registers into the MMA operands, which are fp16 whatever the
+// model dtype (a bf16 Q is stored once as fp16 x 2^-8, given back in the score scale; Q rows are
+// padded there, not swizzled); kernels/common/mma_fp8.cuh has the operand layouts, and the
+// epilogues put the even/odd dim column blocks of O back in order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
-#include "kernels/common/fp8_widen.cuh"
+#include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/ptx.cuh"
@@ -43,13 +48,18 @@ struct PrefillTraits {
   static constexpr int kNFrags = kMmaKv * 2;  // 8-key blocks of S per warp
   static constexpr int kDFrags = kHeadDim / 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a 16-bit row
+  static constexpr int kRawChunks = kHeadDim / 16;  // 16-byte chunks of an fp8 row
   static constexpr int kRowBytes = kHeadDim * 2;
-  static constexpr int kQBytes = kTileQ * kRowBytes;
+  // Q rows on an fp8 cache: read by 8-byte loads in the fp8 k-order (mma_fp8.cuh), a half-warp
+  // taking one 32-byte span of 4 consecutive rows. Padding rows by 32 bytes puts the 4 spans in
+  // the 8 bank groups and keeps the addresses linear in the k-step (an XOR swizzle costs address
+  // registers: it spilled at hd64, q tile 128).
+  static constexpr int kQRowBytes = kKvFp8 ? kRowBytes + 32 : kRowBytes;
+  static constexpr int kQBytes = kTileQ * kQRowBytes;
   static constexpr int kTileBytes = kTileKv * kRowBytes;       // one 16-bit K or V tile
   static constexpr int kRawTileBytes = kTileKv * kHeadDim;     // one fp8 K or V tile
   static constexpr int kStages = 2;
-  static constexpr int kMainBytes =
-      kQBytes + (kKvFp8 ? 2 * kTileBytes + kStages * 2 * kRawTileBytes : kStages * 2 * kTileBytes);
+  static constexpr int kMainBytes = kQBytes + kStages * 2 * (kKvFp8 ? kRawTileBytes : kTileBytes);
   static constexpr int kEpiBytes = kWarpsKv > 1 ? kWarpsKv * kTileQ * (kHeadDim + 2) * 4 : 0;
   static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
   static_assert(kTileQ == 16 || kTileQ == 64 || kTileQ == 128, "FlashInfer's q tiles");
@@ -57,9 +67,16 @@ struct PrefillTraits {
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of kChunks chunks per row.
+// An fp8 row of hd64 has 4 chunks, so two rows share a 128-byte line: there the XOR takes row / 2
+// and the 8 rows one ldmatrix reads still fall in 8 different bank groups.
 template <int kChunks>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return (row * kChunks + (chunk ^ (row & 7))) * 16;
+  static_assert(kChunks >= 8 || kChunks == 4, "rows of 4 or at least 8 chunks");
+  if constexpr (kChunks >= 8) {
+    return (row * kChunks + (chunk ^ (row & 7))) * 16;
+  } else {
+    return (row * kChunks + (chunk ^ ((row >> 1) & 3))) * 16;
+  }
 }
 
 template <class Tr>
@@ -67,6 +84,11 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim, kTileQ = Tr::kTileQ, kTileKv = Tr::kTileKv, kChunks = Tr::kChunks;
   constexpr int kMmaQ = Tr::kMmaQ, kNFrags = Tr::kNFrags, kDFrags = Tr::kDFrags;
+  constexpr bool kFp8 = Tr::kKvFp8;
+  // Operand dtype of the MMAs: fp16 on an fp8 cache (mma_fp8.cuh), else the model dtype.
+  using MmaT = std::conditional_t<kFp8, __half, Element>;
+  // A bf16 Q goes to fp16 x kFp8QScale in shared memory once it landed.
+  constexpr bool kQToHalf = kFp8 && !std::is_same_v<Element, __half>;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int work = blockIdx.x;
@@ -98,8 +120,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kTileKv - 1) / kTileKv : 0;
 
   uint8_t* sQ = smem;
-  uint8_t* sKV = smem + Tr::kQBytes;  // 16-bit: [stage][K, V] tiles; fp8: [K, V] tiles, then the raw ring
-  uint8_t* sRaw = sKV + 2 * Tr::kTileBytes;
+  uint8_t* sKV = smem + Tr::kQBytes;  // [stage][K, V] tiles, 16-bit or raw fp8
 
   // ---- Q tile: packed row r -> (token row / G, head kvh * G + row % G) ----
   for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) {
@@ -109,8 +130,13 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     const int64_t tok = q_start + (valid ? qi : 0);
     const Element* src =
         static_cast<const Element*>(p.q) + (tok * p.num_qo_heads + kvh * G + (row0 + row) % G) * D + col * 8;
-    cp_async_16(sQ + swizzle<kChunks>(row, col), src, valid);
+    if constexpr (kFp8) {
+      cp_async_16(sQ + row * Tr::kQRowBytes + col * 16, src, valid);
+    } else {
+      cp_async_16(sQ + swizzle<kChunks>(row, col), src, valid);
+    }
   }
+  if constexpr (kQToHalf) cp_async_commit();  // its own group: converted before the first tile lands
 
   // ---- K/V tile loader: keys past the range are zero-filled and never read from memory ----
   const int page_first = p.kv.indptr[r];
@@ -123,7 +149,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
       const bool valid = key < key_hi;
       const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * kKvBytes + col * 16 : 0;
       if constexpr (Tr::kKvFp8) {
-        uint8_t* dst = sRaw + stage * 2 * Tr::kRawTileBytes + row * D + col * 16;
+        uint8_t* dst = sKV + stage * 2 * Tr::kRawTileBytes + swizzle<Tr::kRawChunks>(row, col);
         cp_async_16(dst, static_cast<const uint8_t*>(p.kv.k) + off, valid);
         cp_async_16(dst + Tr::kRawTileBytes, static_cast<const uint8_t*>(p.kv.v) + off, valid);
       } else {
@@ -134,7 +160,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     }
   };
 
-  const ScoreScale sc = score_scale(p);
+  ScoreScale sc = score_scale(p);
+  // A bf16 Q multiplies as fp16 x kFp8QScale: the scores get the power of two back (exact).
+  if constexpr (kQToHalf) sc.q *= 1.f / kFp8QScale;
   const bool softcap = sc.cap2 > 0.f;
   const bool e5m2 = p.kv_fp8_e5m2 != 0;
   const int warp_row0 = warp_q * kMmaQ * 16;  // this warp's first row in the tile
@@ -154,6 +182,13 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
 
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
+  if constexpr (kQToHalf) {
+    // Each thread converts the Q chunks it copied (its own group, complete once at most the
+    // tile group is pending); the main loop's first barrier publishes them.
+    cp_async_wait<1>();
+    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads)
+      fp8_q_to_half(sQ + (c / kChunks) * Tr::kQRowBytes + (c % kChunks) * 16);
+  }
 
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<0>();
@@ -164,21 +199,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     const uint8_t* sK;
     const uint8_t* sV;
     if constexpr (Tr::kKvFp8) {
-      // Widen the raw tile into the 16-bit one: 16 fp8 codes -> two 16-byte chunks.
-      const uint8_t* raw = sRaw + (t % Tr::kStages) * 2 * Tr::kRawTileBytes;
-      for (int c = tid; c < 2 * kTileKv * (D / 16); c += Tr::kThreads) {
-        const int kv = c / (kTileKv * (D / 16)), rem = c % (kTileKv * (D / 16));
-        const int row = rem / (D / 16), col = rem % (D / 16);
-        const uint4 w = *reinterpret_cast<const uint4*>(raw + kv * Tr::kRawTileBytes + row * D + col * 16);
-        const uint2 a = fp8x4_to_16<Element>(w.x, e5m2), b = fp8x4_to_16<Element>(w.y, e5m2);
-        const uint2 c2 = fp8x4_to_16<Element>(w.z, e5m2), d2 = fp8x4_to_16<Element>(w.w, e5m2);
-        uint8_t* dst = sKV + kv * Tr::kTileBytes;
-        *reinterpret_cast<uint4*>(dst + swizzle<kChunks>(row, 2 * col)) = make_uint4(a.x, a.y, b.x, b.y);
-        *reinterpret_cast<uint4*>(dst + swizzle<kChunks>(row, 2 * col + 1)) = make_uint4(c2.x, c2.y, d2.x, d2.y);
-      }
-      __syncthreads();
-      sK = sKV;
-      sV = sKV + Tr::kTileBytes;
+      sK = sKV + (t % Tr::kStages) * 2 * Tr::kRawTileBytes;
+      sV = sK + Tr::kRawTileBytes;
     } else {
       sK = sKV + (t % Tr::kStages) * 2 * Tr::kTileBytes;
       sV = sK + Tr::kTileBytes;
@@ -192,21 +214,53 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
       for (int j = 0; j < kNFrags; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[mi][j][e] = 0.f;
+    if constexpr (!kFp8) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[kMmaQ][4];
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[kMmaQ][4];
 #pragma unroll
-      for (int mi = 0; mi < kMmaQ; ++mi)
-        ldmatrix_x4(a[mi], sQ + swizzle<kChunks>(warp_row0 + mi * 16 + lane % 16, 2 * ks + lane / 16));
+        for (int mi = 0; mi < kMmaQ; ++mi)
+          ldmatrix_x4(a[mi], sQ + swizzle<kChunks>(warp_row0 + mi * 16 + lane % 16, 2 * ks + lane / 16));
 #pragma unroll
-      for (int nj = 0; nj < Tr::kMmaKv; ++nj) {
-        uint32_t b[4];
-        const int key = warp_key0 + nj * 16 + (lane % 8) + (lane / 16) * 8;
-        ldmatrix_x4(b, sK + swizzle<kChunks>(key, 2 * ks + (lane / 8) % 2));
+        for (int nj = 0; nj < Tr::kMmaKv; ++nj) {
+          uint32_t b[4];
+          const int key = warp_key0 + nj * 16 + (lane % 8) + (lane / 16) * 8;
+          ldmatrix_x4(b, sK + swizzle<kChunks>(key, 2 * ks + (lane / 8) % 2));
 #pragma unroll
-        for (int mi = 0; mi < kMmaQ; ++mi) {
-          mma_16816<Element>(acc_s[mi][2 * nj], a[mi], b[0], b[1]);
-          mma_16816<Element>(acc_s[mi][2 * nj + 1], a[mi], b[2], b[3]);
+          for (int mi = 0; mi < kMmaQ; ++mi) {
+            mma_16816<Element>(acc_s[mi][2 * nj], a[mi], b[0], b[1]);
+            mma_16816<Element>(acc_s[mi][2 * nj + 1], a[mi], b[2], b[3]);
+          }
+        }
+      }
+    } else {
+      // One ldmatrix.x4 covers 4 raw K matrices of 8 keys x 16 dims (one chunk): 4 key blocks of
+      // one k-step, or 2 key blocks x 2 k-steps (kTileQ 16: 16 keys per warp).
+      constexpr int kNPer = kNFrags % 4 == 0 ? 4 : 2;
+      constexpr int kKPer = 4 / kNPer;
+#pragma unroll
+      for (int kp = 0; kp < D / 16 / kKPer; ++kp) {
+        uint32_t a[kKPer][kMmaQ][4];
+#pragma unroll
+        for (int h = 0; h < kKPer; ++h)
+#pragma unroll
+          for (int mi = 0; mi < kMmaQ; ++mi) {
+            // Head dims 16 ks + 4t .. + 3 of rows g and g + 8.
+            const uint8_t* qr = sQ + (warp_row0 + mi * 16 + g) * Tr::kQRowBytes + (kKPer * kp + h) * 32 + tq * 8;
+            fp8_q_fragment(a[h][mi], qr, qr + 8 * Tr::kQRowBytes);
+          }
+#pragma unroll
+        for (int nb = 0; nb < kNFrags / kNPer; ++nb) {
+          uint32_t raw[4];  // [key block nb * kNPer + i % kNPer, k-step kKPer * kp + i / kNPer]
+          const int key = fp8_k_lane_key<kNPer>(lane, warp_key0, nb);
+          ldmatrix_x4(raw, sK + swizzle<Tr::kRawChunks>(key, kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)));
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint2 bb = fp8_k_fragment(raw[i], e5m2);
+#pragma unroll
+            for (int mi = 0; mi < kMmaQ; ++mi)
+              mma_16816<MmaT>(acc_s[mi][nb * kNPer + i % kNPer], a[i / kNPer][mi], bb.x, bb.y);
+          }
         }
       }
     }
@@ -242,16 +296,35 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     for (int kk = 0; kk < Tr::kMmaKv; ++kk) {
       uint32_t a[kMmaQ][4];
 #pragma unroll
-      for (int mi = 0; mi < kMmaQ; ++mi) p_fragment<Element>(a[mi], acc_s[mi], kk);
+      for (int mi = 0; mi < kMmaQ; ++mi) p_fragment<MmaT>(a[mi], acc_s[mi], kk);
       const int key = warp_key0 + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+      if constexpr (!kFp8) {
 #pragma unroll
-      for (int dj = 0; dj < D / 16; ++dj) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, sV + swizzle<kChunks>(key, 2 * dj + lane / 16));
+        for (int dj = 0; dj < D / 16; ++dj) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, sV + swizzle<kChunks>(key, 2 * dj + lane / 16));
 #pragma unroll
-        for (int mi = 0; mi < kMmaQ; ++mi) {
-          mma_16816<Element>(acc_o[mi][2 * dj], a[mi], b[0], b[1]);
-          mma_16816<Element>(acc_o[mi][2 * dj + 1], a[mi], b[2], b[3]);
+          for (int mi = 0; mi < kMmaQ; ++mi) {
+            mma_16816<Element>(acc_o[mi][2 * dj], a[mi], b[0], b[1]);
+            mma_16816<Element>(acc_o[mi][2 * dj + 1], a[mi], b[2], b[3]);
+          }
+        }
+      } else {
+        // One ldmatrix.x4.trans: 16 keys x 32 fp8 dims (two chunks) = the B fragments of 4 O
+        // column blocks, even and odd dims of each chunk.
+#pragma unroll
+        for (int dq = 0; dq < D / 32; ++dq) {
+          uint32_t raw[4];  // [chunk 2 dq + i / 2][keys 0-7 | 8-15]
+          ldmatrix_x4_trans(raw, sV + swizzle<Tr::kRawChunks>(key, 2 * dq + lane / 16));
+#pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const uint4 b = fp8_v_fragments(raw[2 * gi], raw[2 * gi + 1], e5m2);
+#pragma unroll
+            for (int mi = 0; mi < kMmaQ; ++mi) {
+              mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi], a[mi], b.x, b.y);
+              mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi + 1], a[mi], b.z, b.w);
+            }
+          }
         }
       }
     }
@@ -271,10 +344,20 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
         const int head = kvh * G + prow % G;
         const float lse2 = sum > 0.f ? row_max[mi][h] + log2f(sum) : -INFINITY;
         const float inv = sum > 0.f ? sc.v / sum : 0.f;
+        if constexpr (!kFp8) {
 #pragma unroll
-        for (int d = 0; d < kDFrags; ++d) {
-          const float out[2] = {acc_o[mi][d][2 * h] * inv, acc_o[mi][d][2 * h + 1] * inv};
-          write_row<Element, D, 2>(p, r, num_chunks, chunk, qi, head, out, lse2, d * 8 + 2 * tq, d == 0 && tq == 0);
+          for (int d = 0; d < kDFrags; ++d) {
+            const float out[2] = {acc_o[mi][d][2 * h] * inv, acc_o[mi][d][2 * h + 1] * inv};
+            write_row<Element, D, 2>(p, r, num_chunks, chunk, qi, head, out, lse2, d * 8 + 2 * tq, d == 0 && tq == 0);
+          }
+        } else {
+          // Column blocks (2b, 2b + 1) hold the even and odd dims 16b + 4t + {0..3}.
+#pragma unroll
+          for (int b = 0; b < kDFrags / 2; ++b) {
+            const float4 o = fp8_o_dims(acc_o[mi][2 * b], acc_o[mi][2 * b + 1], h);
+            const float out[4] = {o.x * inv, o.y * inv, o.z * inv, o.w * inv};
+            write_row<Element, D, 4>(p, r, num_chunks, chunk, qi, head, out, lse2, b * 16 + 4 * tq, b == 0 && tq == 0);
+          }
         }
       }
     return;
@@ -293,10 +376,18 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
       sM[warp_kv * kTileQ + row] = row_max[0][h];
       sS[warp_kv * kTileQ + row] = sum;
     }
+    if constexpr (!kFp8) {
 #pragma unroll
-    for (int d = 0; d < kDFrags; ++d)
-      *reinterpret_cast<float2*>(sO + (warp_kv * kTileQ + row) * D + d * 8 + 2 * tq) =
-          make_float2(acc_o[0][d][2 * h], acc_o[0][d][2 * h + 1]);
+      for (int d = 0; d < kDFrags; ++d)
+        *reinterpret_cast<float2*>(sO + (warp_kv * kTileQ + row) * D + d * 8 + 2 * tq) =
+            make_float2(acc_o[0][d][2 * h], acc_o[0][d][2 * h + 1]);
+    } else {
+      // Column blocks (2b, 2b + 1) hold the even and odd dims 16b + 4t + {0..3}.
+#pragma unroll
+      for (int b = 0; b < kDFrags / 2; ++b)
+        *reinterpret_cast<float4*>(sO + (warp_kv * kTileQ + row) * D + b * 16 + 4 * tq) =
+            fp8_o_dims(acc_o[0][2 * b], acc_o[0][2 * b + 1], h);
+    }
   }
   __syncthreads();
   for (int c = tid; c < kTileQ * (D / 4); c += Tr::kThreads) {
