@@ -225,6 +225,35 @@ TEST(FlashInferGpu, Fp8CachesWithHostScales) {
   }
 }
 
+// The decode of groups 1-4 on the CUDA-core kernel, whatever the cache dtype (A/B switch).
+struct ForceCudaCoreDecode {
+  ForceCudaCoreDecode() { setenv("ATTN_FI_TENSOR_CORE_DECODE", "0", 1); }
+  ~ForceCudaCoreDecode() { unsetenv("ATTN_FI_TENSOR_CORE_DECODE"); }
+};
+
+TEST(FlashInferGpu, Fp8DecodeRunsOnTensorCoresAndAgreesWithCudaCores) {
+  // An fp8 cache takes the tensor-core decode at every group (registers widen the codes); forced
+  // onto the CUDA-core kernel, the same batch must agree with it and with the reference.
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    for (int g : {1, 4}) {
+      Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
+      c.spec.kv_cache_dtype = kv;
+      c.spec.k_scale = 0.05f;
+      c.spec.v_scale = 0.03f;
+      c.requests = {{900, 1}, {1, 1}, {4000, 1}, {77, 1}};
+      const Outcome tc = run_case(c);
+      EXPECT_VALID(tc) << " (" << to_string(kv) << ", group " << g << ")";
+      EXPECT_NE(tc.plan.find("decode:tile_q=16"), std::string::npos) << tc.plan;
+      ForceCudaCoreDecode force;
+      const Outcome cc = run_case(c);
+      EXPECT_VALID(cc) << " (" << to_string(kv) << ", group " << g << ", CUDA cores forced)";
+      EXPECT_NE(cc.plan.find("decode:cuda_cores"), std::string::npos) << cc.plan;
+      EXPECT_LT(diff_outputs(cc.out, tc.out).rel_l2, 5e-3) << " (" << to_string(kv) << ", group " << g << ")";
+    }
+  }
+}
+
 TEST(FlashInferGpu, CascadeMatchesNonCascade) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(16, 4, 128)};

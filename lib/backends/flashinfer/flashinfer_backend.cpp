@@ -28,11 +28,17 @@ using flashinfer::PagedKvCsr;
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-// vLLM's use_tensor_cores rule, or every decode on tensor cores when ATTN_FI_TENSOR_CORE_DECODE=1
-// (A/B comparison of the two decode kernels on the same batch).
-bool decode_on_tensor_cores(int group) {
+// vLLM's use_tensor_cores rule (group > 4), and every fp8 cache: the tensor-core kernel widens fp8
+// in registers and ran the fp8 64 x 4k decode in 223.6 us against 356.8 us on CUDA cores, whose
+// per-key instruction count does not shrink with the bytes (docs/PERF_NOTES.md).
+// ATTN_FI_TENSOR_CORE_DECODE=1 puts every decode on tensor cores, =0 every decode the CUDA-core
+// kernel serves (groups 1-4): A/B switches for the two kernels on the same batch.
+bool decode_on_tensor_cores(const FiKernelConfig& c) {
   const char* force = std::getenv("ATTN_FI_TENSOR_CORE_DECODE");
-  return fi_decode_uses_tensor_cores(group) || (force != nullptr && std::string(force) == "1");
+  const std::string f = force != nullptr ? force : "";
+  if (fi_decode_uses_tensor_cores(c.group) || f == "1") return true;
+  if (f == "0") return false;
+  return is_fp8(c.kv_dtype);
 }
 
 bool sm90_prefill_enabled(const FlashInferOptions& o) {
@@ -258,7 +264,7 @@ class FlashInferInstance final : public BackendInstance {
       p.num_tokens = static_cast<int>(md.split.num_decode_tokens);
       p.slot = level1_slot;
       p.csr = md.decode;
-      if (decode_on_tensor_cores(config_.group)) {
+      if (decode_on_tensor_cores(config_)) {
         plan_prefill_pass(p);
       } else {
         const int capture = opts_.graph_capture_size > 0 ? std::max(opts_.graph_capture_size, p.csr.num_reqs()) : 0;
