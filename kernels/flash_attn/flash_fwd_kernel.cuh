@@ -250,14 +250,28 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       // ---- scores in log2 units, masks, online softmax ----
       const int key_tile0 = n_tile * kBlockN + wkey0;
       const bool alibi = p.alibi_slopes != nullptr;
-      // The common inner tile: scale only (qk_scale > 0 keeps the max of raw scores the max).
-      const bool plain = !softcap && !alibi && !need_mask && qk_scale > 0.f;
-      const float s_scale = plain ? qk_scale : 1.f;  // raw -> log2 units still to apply
+      // Without soft cap or ALiBi the scores stay raw: the scale is folded into the exp2 argument
+      // (one FFMA per score instead of FMUL + FADD; qk_scale > 0 keeps the max of raw scores the
+      // max), and a masked tile only sets the keys outside each row's [lo, hi] to -inf. The
+      // general loop (soft cap, ALiBi) is kept out of that path: on the sm_90a kernel its unrolled
+      // branches missed the instruction cache on every causal diagonal tile (PERF_NOTES Version 11).
+      const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
+      const float s_scale = fused_scale ? qk_scale : 1.f;  // raw -> log2 units still to apply
 #pragma unroll
       for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-        // Plain tiles keep the raw scores: the scale is folded into the exp2 argument below
-        // (one FFMA per score instead of FMUL + FADD).
-        if (!plain) {
+        if (fused_scale && need_mask) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int prow = warp_row0 + mi * 16 + g + 8 * h;
+            const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos_base + prow / G);
+            const int lo = vis.lo - key_tile0 - 2 * tq, hi = vis.hi - key_tile0 - 2 * tq;
+#pragma unroll
+            for (int j = 0; j < Tr::kNFrags; ++j)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (j * 8 + e < lo || j * 8 + e > hi) acc_s[mi][j][2 * h + e] = -INFINITY;
+          }
+        } else if (!fused_scale) {
           // Row facts are recomputed here rather than kept live across the loop (registers).
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
