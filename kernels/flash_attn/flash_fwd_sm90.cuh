@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane < 16) {
         const int prow = warp_row0 + lane;
         const int t = prow / G;
-        if (t < q_len) dst_row = ((q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDim;
+        if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDim;
       }
       __syncwarp();  // the warp's rows are in shared memory
       Element* o = static_cast<Element*>(p.o);
