@@ -252,9 +252,8 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       const bool alibi = p.alibi_slopes != nullptr;
       // Without soft cap or ALiBi the scores stay raw: the scale is folded into the exp2 argument
       // (one FFMA per score instead of FMUL + FADD; qk_scale > 0 keeps the max of raw scores the
-      // max), and a masked tile only sets the keys outside each row's [lo, hi] to -inf. The
-      // general loop (soft cap, ALiBi) is kept out of that path: on the sm_90a kernel its unrolled
-      // branches missed the instruction cache on every causal diagonal tile (PERF_NOTES Version 11).
+      // max), and a masked tile only sets the keys outside each row's [lo, hi] to -inf
+      // (mask_row_scores, flash_mask.cuh).
       const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
       const float s_scale = fused_scale ? qk_scale : 1.f;  // raw -> log2 units still to apply
 #pragma unroll
@@ -263,13 +262,8 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int prow = warp_row0 + mi * 16 + g + 8 * h;
-            const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos_base + prow / G);
-            const int lo = vis.lo - key_tile0 - 2 * tq, hi = vis.hi - key_tile0 - 2 * tq;
-#pragma unroll
-            for (int j = 0; j < Tr::kNFrags; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e)
-                if (j * 8 + e < lo || j * 8 + e > hi) acc_s[mi][j][2 * h + e] = -INFINITY;
+            mask_row_scores<Tr::kNFrags>(&acc_s[mi][0][0], h, row_visible_keys(p, kv_lo, seq_len, pos_base + prow / G),
+                                         key_tile0, tq);
           }
         } else if (!fused_scale) {
           // Row facts are recomputed here rather than kept live across the loop (registers).

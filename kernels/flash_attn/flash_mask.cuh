@@ -3,6 +3,8 @@
 // mask semantics (docs/DESIGN.md) that every FLASH_ATTN kernel uses. Causal rows at absolute
 // position pos see keys up to pos; a window w also needs key > pos - w; a local chunk C limits
 // keys to [floor(pos / C) * C, pos]; kv_begin (cascade suffix pass) drops the shared prefix.
+#include <cmath>
+
 #include "kernels/flash_attn/flash_attn_params.hpp"
 
 namespace attn::fa {
@@ -16,6 +18,20 @@ __device__ __forceinline__ RowKeys row_visible_keys(const FlashAttnParams& p, in
   const int lo = max(kv_lo, p.window > 0 ? pos - p.window + 1 : 0);
   return {p.local_chunk > 0 ? max(lo, (pos / p.local_chunk) * p.local_chunk) : lo,
           p.causal ? min(seq_len - 1, pos) : seq_len - 1};
+}
+
+// Mask only (no soft cap, no ALiBi): the raw scores of one row of an m16n8 accumulator tile,
+// s[4 j + 2 h + e] for key key0 + 8 j + 2 tq + e (h: row g or g + 8), set to -inf outside
+// [vis.lo, vis.hi]. Kept apart from the general score loop, whose unrolled soft-cap and ALiBi
+// branches missed the instruction cache on every causal diagonal tile (PERF_NOTES Version 11).
+template <int kN8>
+__device__ __forceinline__ void mask_row_scores(float* s, int h, RowKeys vis, int key0, int tq) {
+  const int lo = vis.lo - key0 - 2 * tq, hi = vis.hi - key0 - 2 * tq;
+#pragma unroll
+  for (int j = 0; j < kN8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (j * 8 + e < lo || j * 8 + e > hi) s[4 * j + 2 * h + e] = -INFINITY;
 }
 
 // The keys of a tile of kBlockM packed rows (row r = token r / G of the sequence), this split's

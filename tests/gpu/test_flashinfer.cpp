@@ -211,14 +211,21 @@ TEST(FlashInferGpu, HndEqualsNhd) {
   EXPECT_TRUE(diff_outputs(nhd.out, hnd.out).bitwise_equal);
 }
 
+// An fp8 cache with host k/v scales (FlashInfer's convention), group g over 4 kv heads; e5m2
+// under an fp16 model, e4m3 under bf16.
+Case fp8_case(DType kv, int g) {
+  Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
+  c.spec.kv_cache_dtype = kv;
+  c.spec.k_scale = 0.05f;
+  c.spec.v_scale = 0.03f;
+  return c;
+}
+
 TEST(FlashInferGpu, Fp8CachesWithHostScales) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
     for (int g : {4, 8}) {
-      Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
-      c.spec.kv_cache_dtype = kv;
-      c.spec.k_scale = 0.05f;
-      c.spec.v_scale = 0.03f;
+      Case c = fp8_case(kv, g);
       c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
       EXPECT_VALID(run_case(c)) << " (" << to_string(kv) << ", group " << g << ")";
     }
@@ -237,10 +244,7 @@ TEST(FlashInferGpu, Fp8DecodeRunsOnTensorCoresAndAgreesWithCudaCores) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
     for (int g : {1, 4}) {
-      Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
-      c.spec.kv_cache_dtype = kv;
-      c.spec.k_scale = 0.05f;
-      c.spec.v_scale = 0.03f;
+      Case c = fp8_case(kv, g);
       c.requests = {{900, 1}, {1, 1}, {4000, 1}, {77, 1}};
       const Outcome tc = run_case(c);
       EXPECT_VALID(tc) << " (" << to_string(kv) << ", group " << g << ")";
