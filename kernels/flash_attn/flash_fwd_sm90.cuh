@@ -46,9 +46,12 @@ namespace attn::fa::sm90 {
 
 constexpr int kBlockM = 128;   // packed query rows per CTA (two consumer warpgroups of 64)
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536.
+// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
+// setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
+// threads); asking for more makes setmaxnreg.inc wait forever.
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg beyond the CTA's registers");
 // Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
 template <int kHeadDim>

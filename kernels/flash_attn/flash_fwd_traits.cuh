@@ -21,9 +21,11 @@ struct FwdTraits {
   // Keys per shared-memory stage. Decode spreads 64 keys over the 4 warps (16 each). Prefill
   // takes 64 keys per stage for head sizes <= 128 (one barrier and one rescale of O per 64
   // keys); hd256 keeps 32 so that two CTAs (Q + 2 stages of K/V) still fit on one SM.
-  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? 64 : 32) : (kHeadDim <= 128 ? 64 : 32);
-  // Decode: warps split each key tile in slices of 16 keys (one k-step of the P·V product).
-  static constexpr int kWarpsN = kDecode ? kBlockN / 16 : 1;
+  // An fp8 decode stage holds 128 keys (32 per warp): its rows are half as large, and with 64
+  // keys it paid two barriers per 18 KB of K and V (ncu: DRAM at 72 % of peak).
+  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? (kKvFp8 ? 128 : 64) : 32) : (kHeadDim <= 128 ? 64 : 32);
+  // Decode: the 4 warps split each key tile in slices of 16 or 32 keys.
+  static constexpr int kWarpsN = kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
   // Prefill: two 16-row fragments per warp for head sizes <= 128 so one K/V fragment load feeds
   // two MMAs; hd256 keeps one (its O accumulator already takes 128 registers).

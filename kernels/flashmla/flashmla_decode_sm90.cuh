@@ -54,9 +54,12 @@ constexpr int kTileN = 32;                       // keys per ring stage
 constexpr int kStages = 4;
 constexpr int kColBlocks = kFlashMlaHeadDimK / 64;  // 9 column blocks of 64
 constexpr int kThreads = 384;                    // two consumer warpgroups + the producer warpgroup
-// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536.
+// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
+// setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
+// threads); asking for more makes setmaxnreg.inc wait forever.
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg beyond the CTA's registers");
 constexpr int kQBlockBytes = kBlockM * 128;      // 8 KB
 constexpr int kKBlockBytes = kTileN * 128;       // 4 KB
 constexpr int kQBytes = kColBlocks * kQBlockBytes;      // 72 KB
