@@ -50,7 +50,8 @@ struct FwdTraits {
   // Pipeline depth. Decode runs three stages: a decode CTA computes little per tile, so the
   // third stage keeps two tiles in flight while it waits, and its larger footprint (109 KB for
   // hd128) puts 2 CTAs on an SM: a 64 x 8 grid then fills 1.94 waves of 264 slots instead of
-  // 1.29 of 396 (measured 441 -> 399 us on 64 x 4k). fp8 decode tiles are small (9 KB per K or V).
+  // 1.29 of 396 (measured 441 -> 399 us on 64 x 4k). fp8 decode stages (128 keys, 18 KB per K or V
+  // at hd128) take three too, 2 CTAs per SM; two stages ran within 1 % of it.
   // hd64/96/256 keep two 16-bit stages (not measured with three; hd256 would drop to 1 CTA/SM).
   static constexpr int kStages = (kDecode && (kKvFp8 || kHeadDim == 128)) ? 3 : 2;
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
