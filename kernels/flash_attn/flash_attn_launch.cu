@@ -114,7 +114,7 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c) {
     const char* v = std::getenv("ATTN_FA_SM90");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && c.kv_dtype == c.dtype &&
+  return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && (c.kv_dtype == c.dtype || is_fp8(c.kv_dtype)) &&
          (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
 }
 
@@ -153,11 +153,11 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
   if (sm90) {
     const bool fp16 = c.dtype == DType::f16;
 #if !defined(ATTN_QUICK_BUILD)
-    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, stream);
-    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, stream);
+    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, stream);
+    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, stream);
 #endif
-    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, stream);
-    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, stream);
+    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, stream);
+    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

@@ -2,9 +2,10 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same dtype,
-// the prefill tiling (128 packed query rows per CTA). Everything else (decode, fp8 caches, other
-// head sizes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same dtype
+// or an fp8 one (widened to fp16 by the producer), the prefill tiling (128 packed query rows per
+// CTA). Everything else (decode, other head sizes, sm_80) stays on the mma.sync kernel of
+// flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
 // tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
@@ -47,11 +48,15 @@ namespace attn::fa::sm90 {
 constexpr int kBlockM = 128;   // packed query rows per CTA (two consumer warpgroups of 64)
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+// An fp8 cache's producer widens the codes in registers (several 16-byte loads in flight): 56 + 216.
+template <bool kFp8>
+constexpr int kProducerRegs = kFp8 ? 56 : 40;
+template <bool kFp8>
+constexpr int kConsumerRegs = kFp8 ? 216 : 232;
 // setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
 // threads); asking for more makes setmaxnreg.inc wait forever.
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg beyond the CTA's registers");
+static_assert(128 * kProducerRegs<false> + 256 * kConsumerRegs<false> <= 384 * 168, "setmaxnreg beyond the CTA's registers");
+static_assert(128 * kProducerRegs<true> + 256 * kConsumerRegs<true> <= 384 * 168, "setmaxnreg beyond the CTA's registers");
 // Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
 template <int kHeadDim>
@@ -102,11 +107,17 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // persistent CTAs, one per SM, loop over the list (kPersistent); at head size 256 one CTA runs one
 // item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
 // a context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
-template <int kHeadDim, class Element>
+// kFp8: an fp8 (e4m3/e5m2) cache. The producer gathers its rows with 16-byte loads and writes them
+// widened to fp16 into the same swizzled stages, and the MMAs run in fp16 whatever the model dtype
+// (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the descales go on the scores
+// (K) and on O (V) in fp32.
+template <int kHeadDim, class Element, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
 #if defined(ATTN_SM90A_DEVICE)
   using Tr = Sm90Traits<kHeadDim>;
+  using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the MMAs
+  constexpr bool kQToHalf = kFp8 && !std::is_same_v<Element, __half>;
   constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs<kFp8>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
       const Item item = item_of(w);
@@ -227,20 +238,51 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
+        if constexpr (kFp8) {
+          // fp8 rows (no maps): 16 codes per 16-byte load, widened to fp16 and stored as the two
+          // 16-bit chunks 2c, 2c + 1 of the row; keys at or past seq_len are zeros (page tails may
+          // hold NaN codes).
+          constexpr int kChunks8 = kHeadDim / 16;
+          const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
+          const bool e5m2 = p.kv_fp8_e5m2 != 0;
+#pragma unroll 2
+          for (int idx = ctid; idx < kBlockN * kChunks8; idx += 128) {
+            const int r = idx / kChunks8, c = idx % kChunks8;
+            const int key = key0 + r;
+            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+            if (key < seq_len) {
+              int blk, slot;
+              page_of(key, blk, slot);
+              const int64_t off =
+                  static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride + head_off8 + c * 16;
+              kr = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_cache) + off));
+              vr = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_cache) + off));
+            }
+            auto widen_store = [&](const uint4& w, uint8_t* tile) {
+              const uint2 a = fp8x4_to_16<__half>(w.x, e5m2), b = fp8x4_to_16<__half>(w.y, e5m2);
+              const uint2 c2 = fp8x4_to_16<__half>(w.z, e5m2), d = fp8x4_to_16<__half>(w.w, e5m2);
+              *reinterpret_cast<uint4*>(tile + swizzled(r, 2 * c, kKvBlockBytes)) = make_uint4(a.x, a.y, b.x, b.y);
+              *reinterpret_cast<uint4*>(tile + swizzled(r, 2 * c + 1, kKvBlockBytes)) = make_uint4(c2.x, c2.y, d.x, d.y);
+            };
+            widen_store(kr, dst_k);
+            widen_store(vr, dst_k + kKvBytes);
+          }
+        } else {
+          const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
 #pragma unroll 4
-        for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
-          // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
-          const int r = idx / kChunks, chunk = idx % kChunks;
-          const int key = key0 + r;
-          const bool valid = key < seq_len;
-          int blk, slot;
-          page_of(valid ? key : 0, blk, slot);
-          const int64_t off =
-              (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
-          uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
-          cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-          cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+          for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
+            // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
+            const int r = idx / kChunks, chunk = idx % kChunks;
+            const int key = key0 + r;
+            const bool valid = key < seq_len;
+            int blk, slot;
+            page_of(valid ? key : 0, blk, slot);
+            const int64_t off =
+                (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
+            uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
+            cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+            cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+          }
         }
       };
       // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
@@ -253,7 +295,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int box_block = fetch_box_block(n_begin + t);
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
         load_kv(n_begin + t, stage, box_block);
-        cp_async_mbar_arrive(full_bar(stage));
+        if constexpr (kFp8) {
+          // This thread's widened rows: to the async proxy (the consumers' wgmma), then arrive.
+          fence_proxy_async();
+          mbar_arrive(full_bar(stage));
+        } else {
+          cp_async_mbar_arrive(full_bar(stage));
+        }
       }
       done += num_tiles;
     }
@@ -262,18 +310,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs<kFp8>>();
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
-  const float qk_scale = p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e);
+  // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
+  // item, below; a bf16 Q on an fp8 cache was stored times kFp8QScale).
+  const float base_qk_scale =
+      p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e) * (kQToHalf ? 1.f / kFp8QScale : 1.f);
   const float cap_log2 = p.softcap * kLog2e;
-  // Without a soft cap or ALiBi the score scale is fused into the exponent (exp2(s * scale - m)),
-  // which needs a positive scale to commute with the row maximum.
-  const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
   int done = 0;  // key tiles of earlier items (the producer's count)
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
     const Item item = item_of(w);
     const int kvh = item.kvh, split = item.split;
+    const float k_descale = kFp8 && p.k_descale ? p.k_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
+    const float v_descale = kFp8 && p.v_descale ? p.v_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
+    const float qk_scale = base_qk_scale * k_descale;
+    // Without a soft cap or ALiBi the score scale is fused into the exponent (exp2(s * scale - m)),
+    // which needs a positive scale to commute with the row maximum.
+    const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
     const int q_start = item.q_start, q_len = item.q_len, seq_len = item.seq_len, row0 = item.row0;
     const int pos_base = seq_len - q_len;
     const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
@@ -298,6 +352,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_commit();
     }
     cp_async_wait<0>();
+    if constexpr (kQToHalf) {
+      // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
+#pragma unroll
+      for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
+        const int idx = tid - 128 + 256 * i;
+        fp8_q_to_half(sQ + swizzled(idx / kChunks, idx % kChunks, kQBlockBytes));
+      }
+    }
     fence_proxy_async();
     named_bar_sync(kBarQ, 256);  // all of Q landed (each consumer thread copied part of it)
     const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
@@ -320,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
         const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
         const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
-        wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+        wgmma_ss<MmaT>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
       }
       wgmma_commit();
     };
@@ -333,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
-        wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
+        wgmma_rs<MmaT>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
       wgmma_commit();
     };
     // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
@@ -403,10 +465,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kBlockN / 16][4]) {
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+        pa[kk][0] = pack2<MmaT>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<MmaT>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<MmaT>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<MmaT>(s[8 * kk + 6], s[8 * kk + 7]);
       }
     };
     // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
@@ -465,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float w = exp2f(m_row - m_use);
       const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
       const float inv = total > 0.f ? 1.f / total : 0.f;
-      const float wgt = w * inv;
+      const float wgt = w * inv * v_descale;
       const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
       const int64_t tok = q_start + t;
       const int64_t row_index = tok * p.num_q_heads + head;
@@ -576,11 +638,11 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element>
+template <int kHeadDim, class Element, bool kFp8>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
-      sm90::flash_fwd_sm90_kernel<kHeadDim, Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
   // One persistent CTA per SM (at most one per work item), or one CTA per item.
   const int64_t work = static_cast<int64_t>(p.num_tiles) * p.num_kv_heads * p.num_splits;
@@ -592,13 +654,17 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
     ctas = std::min<int64_t>(work, std::max(sms, 1));
   }
   const dim3 grid(static_cast<unsigned>(ctas));
-  const sm90::Sm90PageMaps maps = page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
-  sm90::flash_fwd_sm90_kernel<kHeadDim, Element><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  // An fp8 cache has no 16-bit tensor maps: its producer gathers and widens every row.
+  const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
+  sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
 }
 
 template <int kHeadDim>
-void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, cudaStream_t stream) {
-  fp16 ? launch_flash_fwd_sm90<kHeadDim, __half>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16>(p, stream);
+void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, cudaStream_t stream) {
+  if (fp8)
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true>(p, stream);
+  else
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false>(p, stream);
 }
 
 // True when the current device runs an sm_90a image of the kernel (not a JIT of older PTX,
@@ -606,12 +672,12 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, cudaStream_t stream
 template <int kHeadDim>
 bool sm90_prefill_compiled() {
   static const bool ok =
-      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16>));
+      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false>));
   return ok;
 }
 
 #define ATTN_FA_SM90_INSTANTIATE_HEAD_SIZE(D)                                                  \
-  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, cudaStream_t); \
+  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, cudaStream_t); \
   template bool sm90_prefill_compiled<D>();
 
 }  // namespace attn::fa

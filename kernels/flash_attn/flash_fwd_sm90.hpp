@@ -12,9 +12,9 @@ namespace attn::fa {
 template <int kHeadDim>
 bool sm90_prefill_compiled();
 
-// Forward pass over p.num_tiles tiles of 128 packed rows (a 16-bit cache of the model dtype),
-// grid (num_tiles, num_kv_heads, num_splits). fp16 selects __half, else bf16.
+// Forward pass over p.num_tiles tiles of 128 packed rows, persistent CTAs. fp16 selects a __half
+// model dtype, else bf16; fp8: the cache is fp8 (e4m3/e5m2 by p.kv_fp8_e5m2), else the model dtype.
 template <int kHeadDim>
-void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, cudaStream_t stream);
+void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, cudaStream_t stream);
 
 }  // namespace attn::fa

@@ -294,18 +294,20 @@ bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& req
   return flash_attn_uses_sm90(make_flash_attn_config(s), pass.tiling);
 }
 
-TEST(FlashAttnSm90, SelectedOnlyForPrefillHd64Hd128SixteenBitCache) {
+TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const bool sm90 = sm90_expected();
   const std::vector<RequestShape> prefill = {{0, 97}, {150, 130}};
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128, DType::f16), prefill), sm90);
-  // Declined to the mma.sync kernel: decode, a mixed batch, fp8 caches, other head sizes.
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
+  // An fp8 cache too (widened to fp16 by the producer).
   AttentionSpec fp8 = make_spec(32, 8, 128);
   fp8.kv_cache_dtype = DType::fp8_e4m3;
-  EXPECT_FALSE(pass_uses_sm90(fp8, prefill));
+  EXPECT_EQ(pass_uses_sm90(fp8, prefill), sm90);
+  // Declined to the mma.sync kernel: decode, a mixed batch, other head sizes.
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
+  EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
 #if !defined(ATTN_QUICK_BUILD)
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
@@ -355,6 +357,44 @@ TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
   EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
+}
+
+// fp8 caches on the wgmma kernel: every row gathered and widened to fp16 by the producer, a bf16
+// Q stored as fp16 x 2^-8, per-sequence descales on the scores and O. e4m3 and e5m2, both model
+// dtypes, block sizes 16 and 48 (a division in the block-table lookup), ragged lengths whose last
+// pages end mid-page (NaN-poisoned tails), then soft cap + window + sinks.
+TEST(FlashAttnSm90, Fp8Caches) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  struct Variant {
+    int d;
+    DType dtype, kv;
+    int block_size;
+  };
+  std::vector<Variant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
+                                   {128, DType::bf16, DType::fp8_e5m2, 16}};
+#if !defined(ATTN_QUICK_BUILD)
+  variants.push_back({64, DType::bf16, DType::fp8_e4m3, 16});
+  variants.push_back({256, DType::f16, DType::fp8_e4m3, 32});
+#endif
+  for (const Variant& v : variants) {
+    Case c{make_spec(28, 4, v.d, v.dtype, v.block_size)};
+    c.spec.kv_cache_dtype = v.kv;
+    c.spec.k_scale = 0.05f;
+    c.spec.v_scale = 0.03f;
+    c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
+    EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << v.d << ")";
+  }
+  Case s{make_spec(16, 2, 128)};
+  s.spec.kv_cache_dtype = DType::fp8_e4m3;
+  s.spec.k_scale = 0.0125f;
+  s.spec.v_scale = 0.02f;
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  EXPECT_VALID(run_case(s));
 }
 
 TEST(FlashAttnSm90, LongCausalBf16) {
