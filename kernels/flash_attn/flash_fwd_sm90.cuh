@@ -2,10 +2,10 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same dtype
-// or an fp8 one (widened to fp16 by the producer), the prefill tiling (128 packed query rows per
-// CTA). Everything else (decode, other head sizes, sm_80) stays on the mma.sync kernel of
-// flash_fwd_kernel.cuh; the launcher decides.
+// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
+// dtype or an fp8 one (widened to fp16 by the producer; the launcher takes fp8 at 64, 128 and 256),
+// the prefill tiling (128 packed query rows per CTA). Everything else (decode, other head sizes,
+// sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
 // tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
