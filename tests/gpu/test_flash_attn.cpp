@@ -308,6 +308,11 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
   EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
   EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
+  // Head size 192 takes fp8 caches on mma.sync (the fp8 test covers 64, 128 and 256).
+  AttentionSpec fp8_192 = make_spec(16, 16, 192);
+  fp8_192.kv_cache_dtype = DType::fp8_e4m3;
+  EXPECT_FALSE(pass_uses_sm90(fp8_192, prefill));
+  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 192), prefill), sm90);
 #if !defined(ATTN_QUICK_BUILD)
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
