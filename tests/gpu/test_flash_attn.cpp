@@ -235,29 +235,37 @@ TEST(FlashAttnGpu, OtherHeadSizes) {
   }
 }
 
+// A layer variant of the fp8 tests: head size, model and cache dtypes, block size.
+struct CacheVariant {
+  int d;
+  DType dtype, kv;
+  int block_size;
+};
+
+// hq / hkv heads of variant v; an fp8 cache gets non-unit scales (k 0.05, v 0.03).
+Case variant_case(const CacheVariant& v, int hq, int hkv) {
+  Case c{make_spec(hq, hkv, v.d, v.dtype, v.block_size)};
+  c.spec.kv_cache_dtype = v.kv;
+  if (is_fp8(v.kv)) {
+    c.spec.k_scale = 0.05f;
+    c.spec.v_scale = 0.03f;
+  }
+  return c;
+}
+
 // The fp8 cache is widened in registers with head-dim and key orders specific to each head
 // size; block sizes 32 (a shift) and 48 (a division) cover both block-table lookups.
 TEST(FlashAttnGpu, Fp8HeadSizesAndBlockSizes) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  struct Variant {
-    int d;
-    DType dtype, kv;
-    int block_size;
-  };
-  std::vector<Variant> variants = {{128, DType::bf16, DType::fp8_e4m3, 32}, {128, DType::f16, DType::fp8_e4m3, 48},
+  std::vector<CacheVariant> variants = {{128, DType::bf16, DType::fp8_e4m3, 32}, {128, DType::f16, DType::fp8_e4m3, 48},
                                    {128, DType::bf16, DType::bf16, 48}};
 #if !defined(ATTN_QUICK_BUILD)
   variants.push_back({64, DType::bf16, DType::fp8_e4m3, 16});
   variants.push_back({96, DType::f16, DType::fp8_e5m2, 16});
   variants.push_back({256, DType::bf16, DType::fp8_e4m3, 32});
 #endif
-  for (const Variant& v : variants) {
-    Case c{make_spec(8, 2, v.d, v.dtype, v.block_size)};
-    c.spec.kv_cache_dtype = v.kv;
-    if (is_fp8(v.kv)) {
-      c.spec.k_scale = 0.05f;
-      c.spec.v_scale = 0.03f;
-    }
+  for (const CacheVariant& v : variants) {
+    Case c = variant_case(v, 8, 2);
     c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
     const Outcome r = run_case(c);
     EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
@@ -370,22 +378,14 @@ TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
 // pages end mid-page (NaN-poisoned tails), then soft cap + window + sinks.
 TEST(FlashAttnSm90, Fp8Caches) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  struct Variant {
-    int d;
-    DType dtype, kv;
-    int block_size;
-  };
-  std::vector<Variant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
+  std::vector<CacheVariant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
                                    {128, DType::bf16, DType::fp8_e5m2, 16}};
 #if !defined(ATTN_QUICK_BUILD)
   variants.push_back({64, DType::bf16, DType::fp8_e4m3, 16});
   variants.push_back({256, DType::f16, DType::fp8_e4m3, 32});
 #endif
-  for (const Variant& v : variants) {
-    Case c{make_spec(28, 4, v.d, v.dtype, v.block_size)};
-    c.spec.kv_cache_dtype = v.kv;
-    c.spec.k_scale = 0.05f;
-    c.spec.v_scale = 0.03f;
+  for (const CacheVariant& v : variants) {
+    Case c = variant_case(v, 28, 4);
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     const Outcome r = run_case(c);
     EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
