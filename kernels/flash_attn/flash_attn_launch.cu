@@ -114,9 +114,8 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c) {
     const char* v = std::getenv("ATTN_FA_SM90");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  // fp8 caches at the head sizes their GPU test covers (64, 128, 256); head size 192 keeps mma.sync
-  // for them until it is tested there.
-  const bool cache_ok = c.kv_dtype == c.dtype || (is_fp8(c.kv_dtype) && c.head_size_qk != 192);
+  // A cache of the model dtype, or an fp8 one (the producer widens it to fp16).
+  const bool cache_ok = c.kv_dtype == c.dtype || is_fp8(c.kv_dtype);
   return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && cache_ok &&
          (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
 }

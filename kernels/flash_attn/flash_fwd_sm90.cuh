@@ -3,7 +3,7 @@
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
 // Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
-// dtype or an fp8 one (widened to fp16 by the producer; the launcher takes fp8 at 64, 128 and 256),
+// dtype or an fp8 one (widened to fp16 in shared memory by the producer),
 // the prefill tiling (128 packed query rows per CTA). Everything else (decode, other head sizes,
 // sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
@@ -47,16 +47,17 @@ namespace attn::fa::sm90 {
 
 constexpr int kBlockM = 128;   // packed query rows per CTA (two consumer warpgroups of 64)
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
-// An fp8 cache's producer widens the codes in registers (several 16-byte loads in flight): 56 + 216.
-template <bool kFp8>
-constexpr int kProducerRegs = kFp8 ? 56 : 40;
-template <bool kFp8>
-constexpr int kConsumerRegs = kFp8 ? 216 : 232;
-// setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
-// threads); asking for more makes setmaxnreg.inc wait forever.
-static_assert(128 * kProducerRegs<false> + 256 * kConsumerRegs<false> <= 384 * 168, "setmaxnreg beyond the CTA's registers");
-static_assert(128 * kProducerRegs<true> + 256 * kConsumerRegs<true> <= 384 * 168, "setmaxnreg beyond the CTA's registers");
+// Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
+// take the rest of the 168 per thread the CTA launched with (setmaxnreg moves registers only within
+// those; asking for more makes setmaxnreg.inc wait forever). 16-bit caches: 40 + 232. An fp8
+// cache's producer holds block-table entries, copy addresses and codes being widened: 88 at head
+// sizes 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill below 216).
+template <int kHeadDim, bool kFp8>
+constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
+template <int kHeadDim, bool kFp8>
+constexpr int kConsumerRegs = (384 * 168 - 128 * kProducerRegs<kHeadDim, kFp8>) / 256 / 8 * 8;
+static_assert(kConsumerRegs<128, false> == 232 && kConsumerRegs<128, true> == 208 && kConsumerRegs<256, true> == 216,
+              "the budgets the comment above states");
 // Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
 template <int kHeadDim>
@@ -107,10 +108,10 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // persistent CTAs, one per SM, loop over the list (kPersistent); at head size 256 one CTA runs one
 // item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
 // a context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
-// kFp8: an fp8 (e4m3/e5m2) cache. The producer gathers its rows with 16-byte loads and writes them
-// widened to fp16 into the same swizzled stages, and the MMAs run in fp16 whatever the model dtype
-// (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the descales go on the scores
-// (K) and on O (V) in fp32.
+// kFp8: an fp8 (e4m3/e5m2) cache. The producer copies the codes of its rows into the stage with
+// cp.async and widens them to fp16 there, in the same swizzled layout, and the MMAs run in fp16
+// whatever the model dtype (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the
+// descales go on the scores (K) and on O (V) in fp32.
 template <int kHeadDim, class Element, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
@@ -182,8 +183,41 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
-    setmaxnreg_dec<kProducerRegs<kFp8>>();
+    setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
+    // fp8 cache: producer thread t owns the 16-byte code chunks t, t + 128, ... of every tile's K
+    // and V (kChunks8 per row). Chunk c of row r lands by cp.async at the start of the 32 bytes
+    // that its fp16 widening, chunks 2c and 2c + 1, takes in the swizzled stage (the swizzle keeps
+    // that pair together), and the same thread widens it in place there once its copies landed.
+    // No other thread touches those bytes, so the wait for its own copies is all the widening
+    // needs, and every code of a tile is in flight at once (loads into registers kept four).
+    constexpr int kChunks8 = kHeadDim / 16;
+    constexpr int kLook = (kStages + 1) / 2;  // tiles whose codes are in flight: 1, 2 or 3
+    int widened = 0;                           // tiles widened (CTA count, as `done`)
+    auto fp8_slot = [](int idx) {
+      return swizzled(idx / kChunks8, 2 * (idx % kChunks8), kKvBlockBytes) & ~16u;
+    };
+    // Widens this thread's chunks of the stage's K and V, then hands them to the consumers:
+    // generic-proxy stores, fenced for their wgmma reads, and this thread's arrival on "full".
+    auto widen_fp8 = [&](int stage) {
+      uint8_t* tile = sKV + (2 * stage) * kKvBytes;
+      const bool e5m2 = p.kv_fp8_e5m2 != 0;
+#pragma unroll 2
+      for (int idx = ctid; idx < kBlockN * kChunks8; idx += 128) {
+        const int r = idx / kChunks8, c = idx % kChunks8;
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          uint8_t* t = tile + kv * kKvBytes;
+          const uint4 w = *reinterpret_cast<const uint4*>(t + fp8_slot(idx));
+          const uint2 a = fp8x4_to_16<__half>(w.x, e5m2), b = fp8x4_to_16<__half>(w.y, e5m2);
+          const uint2 c2 = fp8x4_to_16<__half>(w.z, e5m2), d = fp8x4_to_16<__half>(w.w, e5m2);
+          *reinterpret_cast<uint4*>(t + swizzled(r, 2 * c, kKvBlockBytes)) = make_uint4(a.x, a.y, b.x, b.y);
+          *reinterpret_cast<uint4*>(t + swizzled(r, 2 * c + 1, kKvBlockBytes)) = make_uint4(c2.x, c2.y, d.x, d.y);
+        }
+      }
+      fence_proxy_async();
+      mbar_arrive(full_bar(stage));
+    };
     for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
@@ -238,52 +272,52 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        if constexpr (kFp8) {
-          // fp8 rows (no maps): 16 codes per 16-byte load, widened to fp16 and stored as the two
-          // 16-bit chunks 2c, 2c + 1 of the row; keys at or past seq_len are zeros (page tails may
-          // hold NaN codes).
-          constexpr int kChunks8 = kHeadDim / 16;
-          const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
-          const bool e5m2 = p.kv_fp8_e5m2 != 0;
-#pragma unroll 2
-          for (int idx = ctid; idx < kBlockN * kChunks8; idx += 128) {
-            const int r = idx / kChunks8, c = idx % kChunks8;
-            const int key = key0 + r;
-            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-            if (key < seq_len) {
-              int blk, slot;
-              page_of(key, blk, slot);
-              const int64_t off =
-                  static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride + head_off8 + c * 16;
-              kr = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_cache) + off));
-              vr = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_cache) + off));
-            }
-            auto widen_store = [&](const uint4& w, uint8_t* tile) {
-              const uint2 a = fp8x4_to_16<__half>(w.x, e5m2), b = fp8x4_to_16<__half>(w.y, e5m2);
-              const uint2 c2 = fp8x4_to_16<__half>(w.z, e5m2), d = fp8x4_to_16<__half>(w.w, e5m2);
-              *reinterpret_cast<uint4*>(tile + swizzled(r, 2 * c, kKvBlockBytes)) = make_uint4(a.x, a.y, b.x, b.y);
-              *reinterpret_cast<uint4*>(tile + swizzled(r, 2 * c + 1, kKvBlockBytes)) = make_uint4(c2.x, c2.y, d.x, d.y);
-            };
-            widen_store(kr, dst_k);
-            widen_store(vr, dst_k + kKvBytes);
-          }
-        } else {
-          const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
+        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
 #pragma unroll 4
-          for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
-            // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
-            const int r = idx / kChunks, chunk = idx % kChunks;
-            const int key = key0 + r;
-            const bool valid = key < seq_len;
-            int blk, slot;
-            page_of(valid ? key : 0, blk, slot);
-            const int64_t off =
-                (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
-            uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
-            cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-            cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
+          // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
+          const int r = idx / kChunks, chunk = idx % kChunks;
+          const int key = key0 + r;
+          const bool valid = key < seq_len;
+          int blk, slot;
+          page_of(valid ? key : 0, blk, slot);
+          const int64_t off =
+              (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
+          uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
+          cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+          cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        }
+      };
+      // fp8 cache: the codes of tile n_tile's K and V rows by cp.async, each 16-byte chunk to its
+      // fp8_slot (zeros at or past seq_len). The block-table entries are read first, all at once:
+      // the copies' asm would otherwise hold each read behind the previous copy.
+      auto issue_fp8 = [&](int n_tile, int stage) {
+        const int key0 = n_tile * kBlockN;
+        uint8_t* dst = sKV + (2 * stage) * kKvBytes;
+        const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
+        constexpr int kPerThread = kBlockN * kChunks8 / 128;
+        constexpr int kBatch = kPerThread % 4 == 0 ? 4 : 2;  // entries read at once (registers)
+        static_assert(kPerThread % kBatch == 0, "whole batches");
+#pragma unroll
+        for (int i0 = 0; i0 < kPerThread; i0 += kBatch) {
+          int blk[kBatch], slot[kBatch];
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            const int key = key0 + (ctid + 128 * (i0 + i)) / kChunks8;
+            page_of(key < seq_len ? key : 0, blk[i], slot[i]);
+          }
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            const int idx = ctid + 128 * (i0 + i);
+            const bool valid = key0 + idx / kChunks8 < seq_len;
+            const int64_t off = static_cast<int64_t>(blk[i]) * p.kv_block_stride +
+                                static_cast<int64_t>(slot[i]) * p.kv_token_stride + head_off8 + (idx % kChunks8) * 16;
+            uint8_t* d = dst + fp8_slot(idx);
+            cp_async_16(d, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+            cp_async_16(d + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
           }
         }
+        cp_async_commit();
       };
       // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
       // (u / kStages)-th use). The copies complete the stage's "full" barrier by themselves (bulk
@@ -294,23 +328,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = u % kStages;
         const int box_block = fetch_box_block(n_begin + t);
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
-        load_kv(n_begin + t, stage, box_block);
         if constexpr (kFp8) {
-          // This thread's widened rows: to the async proxy (the consumers' wgmma), then arrive.
-          fence_proxy_async();
-          mbar_arrive(full_bar(stage));
+          // kLook tiles' codes in flight, then the oldest is widened (its copies landed: the
+          // kLook - 1 newer groups may still be pending). The order of the CTA's tiles carries
+          // across items, so the next item's first codes load under this one's last widenings.
+          issue_fp8(n_begin + t, stage);
+          if (u + 1 - widened == kLook) {
+            cp_async_wait<kLook - 1>();
+            widen_fp8(widened % kStages);
+            ++widened;
+          }
         } else {
+          load_kv(n_begin + t, stage, box_block);
           cp_async_mbar_arrive(full_bar(stage));
         }
       }
       done += num_tiles;
+    }
+    if constexpr (kFp8) {
+      cp_async_wait<0>();
+      for (; widened < done; ++widened) widen_fp8(widened % kStages);
     }
     cp_async_wait_all();  // no copy outlives its thread
     return;
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kConsumerRegs<kFp8>>();
+  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8>>();
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per

@@ -316,10 +316,9 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
   EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
   EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
-  // Head size 192 takes fp8 caches on mma.sync (the fp8 test covers 64, 128 and 256).
   AttentionSpec fp8_192 = make_spec(16, 16, 192);
   fp8_192.kv_cache_dtype = DType::fp8_e4m3;
-  EXPECT_FALSE(pass_uses_sm90(fp8_192, prefill));
+  EXPECT_EQ(pass_uses_sm90(fp8_192, prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 192), prefill), sm90);
 #if !defined(ATTN_QUICK_BUILD)
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
@@ -372,14 +371,15 @@ TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected());
 }
 
-// fp8 caches on the wgmma kernel: every row gathered and widened to fp16 by the producer, a bf16
-// Q stored as fp16 x 2^-8, per-sequence descales on the scores and O. e4m3 and e5m2, both model
-// dtypes, block sizes 16 and 48 (a division in the block-table lookup), ragged lengths whose last
-// pages end mid-page (NaN-poisoned tails), then soft cap + window + sinks.
+// fp8 caches on the wgmma kernel: every row's codes copied into the stage and widened to fp16 in
+// place by the producer, a bf16 Q stored as fp16 x 2^-8, per-sequence descales on the scores and O.
+// e4m3 and e5m2, both model dtypes, every head size, block sizes 16, 32 and 48 (a division in the
+// block-table lookup), ragged lengths whose last pages end mid-page (NaN-poisoned tails), then soft
+// cap + window + sinks.
 TEST(FlashAttnSm90, Fp8Caches) {
   ATTN_REQUIRE_CUDA_DEVICE();
   std::vector<CacheVariant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
-                                   {128, DType::bf16, DType::fp8_e5m2, 16}};
+                                   {128, DType::bf16, DType::fp8_e5m2, 16}, {192, DType::bf16, DType::fp8_e5m2, 16}};
 #if !defined(ATTN_QUICK_BUILD)
   variants.push_back({64, DType::bf16, DType::fp8_e4m3, 16});
   variants.push_back({256, DType::f16, DType::fp8_e4m3, 32});
