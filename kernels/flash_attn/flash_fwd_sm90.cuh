@@ -186,33 +186,65 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     // fp8 cache: producer thread t owns the 16-byte code chunks t, t + 128, ... of every tile's K
-    // and V (kChunks8 per row). Chunk c of row r lands by cp.async at the start of the 32 bytes
-    // that its fp16 widening, chunks 2c and 2c + 1, takes in the swizzled stage (the swizzle keeps
-    // that pair together), and the same thread widens it in place there once its copies landed.
-    // No other thread touches those bytes, so the wait for its own copies is all the widening
-    // needs, and every code of a tile is in flight at once (loads into registers kept four).
+    // and V (row-major, kChunks8 per row), so that a warp's copy reads whole 128-byte row segments.
+    // The codes land by cp.async inside the bytes that their own row's fp16 widening takes in the
+    // swizzled stage, and are widened in place once the thread's copies landed:
+    // - When kChunks8 divides 32 (all head sizes but 192) a warp's copy covers whole rows, and row
+    //   r's codes sit unswizzled in row r of the stage (chunk c: column block c / 8, 16-byte slot
+    //   c % 8), so a copy writes whole 128-byte lines of shared memory, as the copy engine wants
+    //   (ncu: scattered 16-byte destinations made every copy take 32 wavefronts, one per lane).
+    //   The warp reads its rows' codes, syncs, then overwrites them with the fp16 chunks.
+    // - At head size 192 rows straddle warps: chunk c goes into one half of the 32 bytes that its
+    //   own fp16 chunks 2c, 2c + 1 take (the swizzle keeps that pair together), which no other
+    //   thread touches, so no sync is needed.
+    // The fp16 stores go first to the chunk in the even or odd swizzle slot as c / 4 is even or
+    // odd, which spreads each store of a warp over all banks.
     constexpr int kChunks8 = kHeadDim / 16;
+    constexpr int kPer8 = kBlockN * kChunks8 / 128;  // chunks per thread per tile, of K and of V
+    constexpr bool kShareRows = 32 % kChunks8 == 0;
+    // Rows of a warp's copy when it covers whole rows: each lane reads one block-table entry per
+    // tile and the others take theirs by shuffle.
+    constexpr int kRowsPer8 = kShareRows ? 32 / kChunks8 : 1;
     constexpr int kLook = (kStages + 1) / 2;  // tiles whose codes are in flight: 1, 2 or 3
+    static_assert(kPer8 % 2 == 0, "chunks widened two at a time");
     int widened = 0;                           // tiles widened (CTA count, as `done`)
-    auto fp8_slot = [](int idx) {
-      return swizzled(idx / kChunks8, 2 * (idx % kChunks8), kKvBlockBytes) & ~16u;
+    auto fp8_slot = [](int r, int c) -> uint32_t {
+      if constexpr (kShareRows) return (c >> 3) * kKvBlockBytes + r * 128 + (c & 7) * 16;
+      return (swizzled(r, 2 * c, kKvBlockBytes) & ~16u) | static_cast<uint32_t>((((c >> 2) ^ r) & 1) << 4);
     };
     // Widens this thread's chunks of the stage's K and V, then hands them to the consumers:
     // generic-proxy stores, fenced for their wgmma reads, and this thread's arrival on "full".
     auto widen_fp8 = [&](int stage) {
       uint8_t* tile = sKV + (2 * stage) * kKvBytes;
       const bool e5m2 = p.kv_fp8_e5m2 != 0;
-#pragma unroll 2
-      for (int idx = ctid; idx < kBlockN * kChunks8; idx += 128) {
-        const int r = idx / kChunks8, c = idx % kChunks8;
+#pragma unroll 1
+      for (int i0 = 0; i0 < kPer8; i0 += 2) {
+        uint4 codes[2][2];  // [chunk][K, V]
 #pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
-          uint8_t* t = tile + kv * kKvBytes;
-          const uint4 w = *reinterpret_cast<const uint4*>(t + fp8_slot(idx));
-          const uint2 a = fp8x4_to_16<__half>(w.x, e5m2), b = fp8x4_to_16<__half>(w.y, e5m2);
-          const uint2 c2 = fp8x4_to_16<__half>(w.z, e5m2), d = fp8x4_to_16<__half>(w.w, e5m2);
-          *reinterpret_cast<uint4*>(t + swizzled(r, 2 * c, kKvBlockBytes)) = make_uint4(a.x, a.y, b.x, b.y);
-          *reinterpret_cast<uint4*>(t + swizzled(r, 2 * c + 1, kKvBlockBytes)) = make_uint4(c2.x, c2.y, d.x, d.y);
+        for (int j = 0; j < 2; ++j) {
+          const int idx = ctid + 128 * (i0 + j);
+          codes[j][0] = *reinterpret_cast<const uint4*>(tile + fp8_slot(idx / kChunks8, idx % kChunks8));
+          codes[j][1] = *reinterpret_cast<const uint4*>(tile + kKvBytes + fp8_slot(idx / kChunks8, idx % kChunks8));
+        }
+        if constexpr (kShareRows) __syncwarp();  // the warp's codes are read before it overwrites them
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int idx = ctid + 128 * (i0 + j);
+          const int r = idx / kChunks8, c = idx % kChunks8;
+          const bool low_first = ((c >> 2) & 1) == 0;
+          const uint32_t first = swizzled(r, low_first ? 2 * c : 2 * c + 1, kKvBlockBytes);
+          const uint32_t second = swizzled(r, low_first ? 2 * c + 1 : 2 * c, kKvBlockBytes);
+#pragma unroll
+          for (int kv = 0; kv < 2; ++kv) {
+            const uint4& w = codes[j][kv];
+            uint8_t* t = tile + kv * kKvBytes;
+            const uint2 a = fp8x4_to_16<__half>(low_first ? w.x : w.z, e5m2);
+            const uint2 b = fp8x4_to_16<__half>(low_first ? w.y : w.w, e5m2);
+            *reinterpret_cast<uint4*>(t + first) = make_uint4(a.x, a.y, b.x, b.y);
+            const uint2 c2 = fp8x4_to_16<__half>(low_first ? w.z : w.x, e5m2);
+            const uint2 d = fp8x4_to_16<__half>(low_first ? w.w : w.y, e5m2);
+            *reinterpret_cast<uint4*>(t + second) = make_uint4(c2.x, c2.y, d.x, d.y);
+          }
         }
       }
       fence_proxy_async();
@@ -288,34 +320,42 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
         }
       };
-      // fp8 cache: the codes of tile n_tile's K and V rows by cp.async, each 16-byte chunk to its
-      // fp8_slot (zeros at or past seq_len). The block-table entries are read first, all at once:
-      // the copies' asm would otherwise hold each read behind the previous copy.
-      auto issue_fp8 = [&](int n_tile, int stage) {
+      // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
+      // the producer waits for the stage so that the wait hides the load): lane l reads that of
+      // row l % kRowsPer8 of the warp's copy l / kRowsPer8.
+      auto fp8_page = [&](int n_tile) {
+        int blk = 0, slot;
+        if constexpr (kShareRows) {
+          const int i = lane / kRowsPer8;
+          const int key = n_tile * kBlockN + (warp * 32 + 128 * i) / kChunks8 + lane % kRowsPer8;
+          if (i < kPer8 && key < seq_len) page_of(key, blk, slot);
+        }
+        return blk;
+      };
+      // The codes of this thread's chunks of tile n_tile by cp.async, each to its fp8_slot (zeros
+      // at or past seq_len).
+      auto issue_fp8 = [&](int n_tile, int stage, int my_blk) {
         const int key0 = n_tile * kBlockN;
         uint8_t* dst = sKV + (2 * stage) * kKvBytes;
         const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
-        constexpr int kPerThread = kBlockN * kChunks8 / 128;
-        constexpr int kBatch = kPerThread % 4 == 0 ? 4 : 2;  // entries read at once (registers)
-        static_assert(kPerThread % kBatch == 0, "whole batches");
-#pragma unroll
-        for (int i0 = 0; i0 < kPerThread; i0 += kBatch) {
-          int blk[kBatch], slot[kBatch];
-#pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            const int key = key0 + (ctid + 128 * (i0 + i)) / kChunks8;
-            page_of(key < seq_len ? key : 0, blk[i], slot[i]);
+#pragma unroll 4
+        for (int i = 0; i < kPer8; ++i) {
+          const int idx = ctid + 128 * i;
+          const int r = idx / kChunks8, c = idx % kChunks8;
+          const int key = key0 + r;
+          const bool valid = key < seq_len;
+          int blk, slot;
+          if constexpr (kShareRows) {
+            blk = __shfl_sync(0xffffffffu, my_blk, i * kRowsPer8 + lane / kChunks8);
+            slot = bs_shift >= 0 ? key & (bs - 1) : key % bs;
+          } else {
+            page_of(valid ? key : 0, blk, slot);
           }
-#pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            const int idx = ctid + 128 * (i0 + i);
-            const bool valid = key0 + idx / kChunks8 < seq_len;
-            const int64_t off = static_cast<int64_t>(blk[i]) * p.kv_block_stride +
-                                static_cast<int64_t>(slot[i]) * p.kv_token_stride + head_off8 + (idx % kChunks8) * 16;
-            uint8_t* d = dst + fp8_slot(idx);
-            cp_async_16(d, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-            cp_async_16(d + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
-          }
+          const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
+                              static_cast<int64_t>(slot) * p.kv_token_stride + head_off8 + c * 16;
+          uint8_t* d = dst + fp8_slot(r, c);
+          cp_async_16(d, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+          cp_async_16(d + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
         }
         cp_async_commit();
       };
@@ -327,12 +367,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int u = done + t;
         const int stage = u % kStages;
         const int box_block = fetch_box_block(n_begin + t);
+        const int blk8 = kFp8 ? fp8_page(n_begin + t) : 0;
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
         if constexpr (kFp8) {
           // kLook tiles' codes in flight, then the oldest is widened (its copies landed: the
           // kLook - 1 newer groups may still be pending). The order of the CTA's tiles carries
           // across items, so the next item's first codes load under this one's last widenings.
-          issue_fp8(n_begin + t, stage);
+          issue_fp8(n_begin + t, stage, blk8);
           if (u + 1 - widened == kLook) {
             cp_async_wait<kLook - 1>();
             widen_fp8(widened % kStages);
