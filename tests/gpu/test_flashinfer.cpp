@@ -229,6 +229,12 @@ TEST(FlashInferGpu, Fp8CachesWithHostScales) {
       c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
       EXPECT_VALID(run_case(c)) << " (" << to_string(kv) << ", group " << g << ")";
     }
+    // A prefill-only batch: the sm_90a kernel widens the codes, the layer's scales go with them.
+    Case p = fp8_case(kv, 7);
+    p.requests = {{0, 300}, {500, 130}, {37, 64}};
+    const Outcome r = run_case(p);
+    EXPECT_VALID(r) << " (" << to_string(kv) << ", prefill)";
+    EXPECT_EQ(r.plan.find("prefill:sm90") != std::string::npos, testing::sm90_device()) << r.plan;
   }
 }
 

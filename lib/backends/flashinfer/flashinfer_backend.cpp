@@ -92,7 +92,8 @@ struct Pass {
   bool sm90 = false;
   FlashAttnTiling tiling;
   std::vector<int32_t> tiles, kv_lens;
-  DeviceBuffer tiles_d, kv_lens_d;
+  std::vector<float> descales;  // fp8 cache: [2][num_reqs * Hkv], k_scale then v_scale
+  DeviceBuffer tiles_d, kv_lens_d, descales_d;
   std::vector<int32_t> request_indices, qo_tile_indices, kv_tile_indices, o_indptr, merge_indptr;
   // device copies
   DeviceBuffer qo_indptr_d, indptr_d, indices_d, last_page_len_d, request_d, qo_tile_d, kv_tile_d, o_indptr_d,
@@ -295,10 +296,11 @@ class FlashInferInstance final : public BackendInstance {
   }
 
   // The prefill part on the sm_90a kernel, when it can take it: final O (no cascade level), a
-  // 16-bit cache, pages of a multiple of 16 tokens, and no request small enough for a decode tile.
+  // cache of the model dtype or fp8, pages of a multiple of 16 tokens, and no request small enough
+  // for a decode tile.
   bool plan_sm90_pass(Pass& p) const {
     const AttentionSpec& s = batch_.spec;
-    if (!sm90_prefill_enabled(options_) || p.slot >= 0 || s.kv_cache_dtype != s.dtype) return false;
+    if (!sm90_prefill_enabled(options_) || p.slot >= 0 || (s.kv_cache_dtype != s.dtype && !s.kv_fp8())) return false;
     const FlashAttnConfig c = sm90_config(s);
     if (!flash_attn_unsupported_reason(c).empty() || !flash_attn_sm90_available(c)) return false;
     std::vector<int32_t> q_lens, kv_lens;
@@ -313,6 +315,13 @@ class FlashInferInstance final : public BackendInstance {
     p.cuda_core_decode = false;
     p.tiling = fp.tiling;
     p.tiles = fp.tiles;
+    if (s.kv_fp8()) {
+      // The kernel reads a descale per (request, kv head); FlashInfer's scales are one host float
+      // each for the layer, so every entry is the same.
+      const std::size_t n = kv_lens.size() * static_cast<std::size_t>(s.num_kv_heads);
+      p.descales.assign(n, s.k_scale);
+      p.descales.insert(p.descales.end(), n, s.v_scale);
+    }
     p.kv_lens = std::move(kv_lens);
     p.cta_tile_q = fp.tiling.block_m;
     p.num_work = p.padded_work = fp.num_tiles();
@@ -354,6 +363,7 @@ class FlashInferInstance final : public BackendInstance {
       p.scalars_d = upload_vector(p.scalars);
       p.tiles_d = upload_vector(p.tiles);
       p.kv_lens_d = upload_vector(p.kv_lens);
+      if (!p.descales.empty()) p.descales_d = upload_vector(p.descales);
     }
   }
 
@@ -426,12 +436,17 @@ class FlashInferInstance final : public BackendInstance {
   void run_sm90_pass(const Pass& pass) {
     const AttentionSpec& s = batch_.spec;
     const int H = s.num_q_heads, D = s.head_size_qk;
-    const std::size_t es = dtype_size(s.dtype);
+    const std::size_t es = dtype_size(s.dtype), kv_es = dtype_size(s.kv_cache_dtype);
     const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
     FlashAttnParams p{};
     p.q = q_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
-    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * es;
-    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * es;
+    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * kv_es;
+    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * kv_es;
+    if (s.kv_fp8()) {
+      p.k_descale = pass.descales_d.as<float>();
+      p.v_descale = p.k_descale + pass.kv_lens.size() * static_cast<std::size_t>(s.num_kv_heads);
+      p.kv_fp8_e5m2 = s.kv_cache_dtype == DType::fp8_e5m2 ? 1 : 0;
+    }
     p.block_table = pass.indices_d.as<int32_t>();
     p.block_table_indptr = pass.indptr_d.as<int32_t>();
     p.seq_lens = pass.kv_lens_d.as<int32_t>();
