@@ -264,7 +264,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
       const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
                                                                        : static_cast<int64_t>(seq) * p.block_table_stride);
-      // Key -> (physical block, slot in it) through the block table.
+      // Key -> its slot in its block, and (physical block, slot) through the block table.
+      auto slot_of = [&](int key) { return bs_shift >= 0 ? key & (bs - 1) : key % bs; };
       auto page_of = [&](int key, int& blk, int& slot) {
         const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
         blk = blocks[blk_idx];
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
           if (lane < n_boxes) {
             const int key = key0 + lane * maps.box_rows;
-            const int in_block = bs_shift >= 0 ? key & (bs - 1) : key % bs;
+            const int in_block = slot_of(key);
             const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
             const uint32_t dk = smem_u32(dst_k) + lane * maps.box_rows * 128;
 #pragma unroll
@@ -347,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           int blk, slot;
           if constexpr (kShareRows) {
             blk = __shfl_sync(0xffffffffu, my_blk, i * kRowsPer8 + lane / kChunks8);
-            slot = bs_shift >= 0 ? key & (bs - 1) : key % bs;
+            slot = slot_of(key);
           } else {
             page_of(valid ? key : 0, blk, slot);
           }
@@ -739,7 +740,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
     ctas = std::min<int64_t>(work, std::max(sms, 1));
   }
   const dim3 grid(static_cast<unsigned>(ctas));
-  // An fp8 cache has no 16-bit tensor maps: its producer gathers and widens every row.
+  // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
   const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
   sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
 }
