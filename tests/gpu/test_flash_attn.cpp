@@ -253,6 +253,11 @@ Case variant_case(const CacheVariant& v, int hq, int hkv) {
   return c;
 }
 
+// " (head size d, block b, kv dtype)": which variant an expectation failed on.
+std::string variant_label(const CacheVariant& v) {
+  return " (head size " + std::to_string(v.d) + ", block " + std::to_string(v.block_size) + ", " + std::string(to_string(v.kv)) + ")";
+}
+
 // The fp8 cache is widened in registers with head-dim and key orders specific to each head
 // size; block sizes 32 (a shift) and 48 (a division) cover both block-table lookups.
 TEST(FlashAttnGpu, Fp8HeadSizesAndBlockSizes) {
@@ -268,7 +273,7 @@ TEST(FlashAttnGpu, Fp8HeadSizesAndBlockSizes) {
     Case c = variant_case(v, 8, 2);
     c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
     const Outcome r = run_case(c);
-    EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
+    EXPECT_VALID(r) << variant_label(v);
   }
 }
 
@@ -388,8 +393,8 @@ TEST(FlashAttnSm90, Fp8Caches) {
     Case c = variant_case(v, 28, 4);
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     const Outcome r = run_case(c);
-    EXPECT_VALID(r) << " (head size " << v.d << ", block " << v.block_size << ", " << to_string(v.kv) << ")";
-    EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << v.d << ")";
+    EXPECT_VALID(r) << variant_label(v);
+    EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << variant_label(v);
   }
   Case s{make_spec(16, 2, 128)};
   s.spec.kv_cache_dtype = DType::fp8_e4m3;
