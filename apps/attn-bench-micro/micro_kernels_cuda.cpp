@@ -2,7 +2,8 @@
 // paged-cache write (reshape_and_cache_flash), the device cache fill, and, when this build has
 // the FLASH_ATTN backend, decode 64x4k and prefill 2x4k through its BackendInstance; the FLASHMLA
 // decode (kernel + combine alone, and the whole W_UK -> kernel -> W_UV path) on the shapes.
-// Counters: GB/s (bytes read + written) and TFLOP/s where the case does arithmetic.
+// Counters: GB/s (bytes read + written) and TFLOP/s where the case does arithmetic. Every
+// iteration starts from a cold, clean L2, as attn-bench's own timing (timing/cold_l2.hpp).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -23,19 +24,22 @@
 #include "metadata/common.hpp"
 #include "model/batch.hpp"
 #include "model/kv_cache.hpp"
+#include "timing/cold_l2.hpp"
 
 namespace attn {
 namespace {
 
-// Times `launch` with events around each iteration; sets GB/s and TFLOP/s from per-iteration
-// bytes and flops over the event time (not the host time).
+// Times `launch` with events around each iteration, L2 flushed before each (outside the events);
+// sets GB/s and TFLOP/s from per-iteration bytes and flops over the event time (not the host time).
 template <class F>
 void time_with_events(benchmark::State& state, cudaStream_t stream, double bytes, double flops, F&& launch) {
+  ColdL2 cold(stream);
   for (int i = 0; i < 3; ++i) launch();  // warm-up: module load, first touch
   ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
   Event start, stop;
   double total_s = 0;
   for (auto _ : state) {
+    cold.flush(stream);
     start.record(stream);
     launch();
     stop.record(stream);

@@ -1,5 +1,6 @@
 // Device ceilings: a 1 GiB device-to-device copy (bytes read + written) and a bf16 8192^3
-// cuBLAS GEMM with fp32 accumulation, each the median of event-timed samples after warm-up.
+// cuBLAS GEMM with fp32 accumulation, each the median of event-timed samples after warm-up,
+// every sample from the same cold, clean L2 as the kernels they are compared with (ColdL2).
 // The GEMM runs on random data: zeros run measurably faster on tensor cores.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 #include "core/dtype_convert.hpp"
 #include "core/values.hpp"
 #include "timing/ceilings.hpp"
+#include "timing/cold_l2.hpp"
 
 namespace attn {
 namespace {
@@ -35,14 +37,16 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median microseconds of `samples` event-timed calls of f() after `warmup` untimed ones.
+// Median microseconds of `samples` event-timed calls of f() after `warmup` untimed ones, L2
+// flushed before each.
 template <class F>
-double time_median_us(cudaStream_t s, int warmup, int samples, F&& f) {
+double time_median_us(cudaStream_t s, ColdL2& cold, int warmup, int samples, F&& f) {
   for (int i = 0; i < warmup; ++i) f();
   ATTN_CUDA_CHECK(cudaStreamSynchronize(s));
   Event start, stop;
   std::vector<double> us;
   for (int i = 0; i < samples; ++i) {
+    cold.flush(s);
     start.record(s);
     f();
     stop.record(s);
@@ -73,6 +77,7 @@ DeviceCeilings measure_device_ceilings() {
   c.num_sms = info.num_sms;
   c.l2_bytes = info.l2_bytes;
   Stream stream;
+  ColdL2 cold(stream);
 
   // ---- copy bandwidth: 1 GiB, far beyond L2 ----
   c.copy_bytes = std::size_t{1} << 30;
@@ -80,7 +85,7 @@ DeviceCeilings measure_device_ceilings() {
     DeviceBuffer src(c.copy_bytes), dst(c.copy_bytes);
     src.memset_async(0x5a, stream);
     dst.memset_async(0, stream);
-    c.copy_us = time_median_us(stream, 3, 20, [&] {
+    c.copy_us = time_median_us(stream, cold, 3, 20, [&] {
       ATTN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), c.copy_bytes, cudaMemcpyDeviceToDevice, stream));
     });
     c.copy_gbps = 2.0 * static_cast<double>(c.copy_bytes) / (c.copy_us * 1e-6) / 1e9;
@@ -102,7 +107,7 @@ DeviceCeilings measure_device_ceilings() {
     CublasHandle h;
     check_cublas(cublasSetStream(h.h, stream), "cublasSetStream");
     const float alpha = 1.0f, beta = 0.0f;
-    c.gemm_us = time_median_us(stream, 3, 10, [&] {
+    c.gemm_us = time_median_us(stream, cold, 3, 10, [&] {
       check_cublas(cublasGemmEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
                                 CUDA_R_16BF, n, &beta, out.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT),
@@ -110,8 +115,8 @@ DeviceCeilings measure_device_ceilings() {
     });
     c.bf16_tflops = 2.0 * n * static_cast<double>(n) * n / (c.gemm_us * 1e-6) / 1e12;
   }
-  c.method = "cudaMemcpyAsync D2D 1 GiB (median of 20, read+write); cublasGemmEx bf16 8192^3 fp32 accumulate "
-             "(median of 10)";
+  c.method = std::string("cudaMemcpyAsync D2D 1 GiB (median of 20, read+write); cublasGemmEx bf16 8192^3 fp32 "
+                         "accumulate (median of 10); L2 before each: ") + cold.method();
   return c;
 }
 

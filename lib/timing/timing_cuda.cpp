@@ -1,15 +1,19 @@
 // Device timing (nvbench style): CUDA events on the instance's stream around each launch
 // sequence, one sample per launch, the stream synchronized after each sample. Cold L2: before
-// every sample, outside the events, a scratch buffer of twice the L2 size is overwritten so the
-// timed run finds none of its inputs in L2. CUDA graph mode captures run() once and times the
-// replays, which removes the host launch gaps of multi-kernel backends.
+// every sample, outside the events, ColdL2 reads a scratch buffer of twice the L2 size through
+// L2, so the timed run finds none of its inputs there and no dirty line to write back
+// (cold_l2.hpp). CUDA graph mode captures run() once and times the replays, which removes the
+// host launch gaps of multi-kernel backends.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include <optional>
+
 #include "core/device.hpp"
+#include "timing/cold_l2.hpp"
 #include "timing/timing.hpp"
 
 namespace attn {
@@ -68,13 +72,8 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
     plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
 
-  DeviceBuffer flush;
-  if (opts.cold_l2) {
-    std::string why;
-    const std::optional<DeviceInfo> dev = query_device(&why);
-    if (!dev) throw RuntimeError("timing: " + why);
-    flush = DeviceBuffer(std::max<std::size_t>(2 * dev->l2_bytes, std::size_t{1} << 20));
-  }
+  std::optional<ColdL2> cold;
+  if (opts.cold_l2) cold.emplace(stream);
 
   GraphGuard graph;
   if (opts.cuda_graph) {
@@ -96,8 +95,7 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(opts.iterations));
   for (int i = 0; i < opts.iterations; ++i) {
-    // A changing byte, so no layer can treat the flush as a no-op.
-    if (opts.cold_l2) flush.memset_async(i & 0xff, stream);
+    if (cold) cold->flush(stream);
     start.record(stream);
     launch();
     stop.record(stream);

@@ -1,0 +1,35 @@
+// ColdL2 (cold_l2.hpp): the read-only L2 flush of every device timing.
+#include "timing/cold_l2.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/common/l2_flush_launch.hpp"
+#include "timing/device_query.hpp"
+
+namespace attn {
+
+ColdL2::ColdL2(cudaStream_t stream) {
+  std::string why;
+  const std::optional<DeviceInfo> dev = query_device(&why);
+  if (!dev) throw RuntimeError("timing: " + why);
+  const char* mode = std::getenv("ATTN_TIMING_FLUSH");
+  write_ = mode != nullptr && std::strcmp(mode, "write") == 0;
+  buffer_ = DeviceBuffer(std::max<std::size_t>(2 * dev->l2_bytes, std::size_t{1} << 20) / 16 * 16);
+  sink_ = DeviceBuffer(sizeof(uint32_t));
+  buffer_.memset_async(0x5a, stream);
+}
+
+void ColdL2::flush(cudaStream_t stream) {
+  if (write_)
+    buffer_.memset_async(++calls_ & 0xff, stream);  // a changing byte, so no layer can treat it as a no-op
+  else
+    launch_l2_read_flush(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), stream);
+}
+
+}  // namespace attn
