@@ -8,27 +8,35 @@
 //
 // A CTA is two consumer warpgroups and a producer warpgroup (384 threads) on one m_block of one
 // scheduler partition; setmaxnreg leaves the producer 40 registers and gives the consumers 232.
-// - One thread of the producer moves, per request piece, the 64 x 576 Q tile (9 boxes of 64
-//   columns, one barrier) and then every key tile of the piece: 32 keys x 576 (half a 64-token
-//   cache block, 9 boxes of 32 x 64) into a ring of four 36 KB stages, each with a "full" barrier
-//   (transaction bytes) and an "empty" barrier (8 consumer warps). Q 72 KB + the ring 144 KB +
-//   P 8 KB fill the 227 KB of shared memory; that is why tiles are 32 keys, not 64: four stages
-//   keep the next pair of tiles in flight while the current pair is computed.
-// - The consumers work on pairs of key tiles in lock-step. Warpgroup w computes S = Q K^T for
-//   tile 2i + w of the pair (36 x m64n32k16, Q and K from shared memory), so both products of a
-//   pair run on the tensor cores at once. They exchange their row maxima through shared memory
-//   (named barrier 1) and both take the same running max m over the two tiles, so each scales its
-//   own P and its share of the row sums the same way. Each writes its P (16-bit) into its half of
-//   a shared 64 x 64 tile (named barrier 2). Warpgroup w owns O columns 256 w .. 256 w + 255
-//   (128 fp32 accumulators per thread) and adds P V of both tiles: its own P from registers
-//   (m64n256k16 RS), the other warpgroup's from shared memory (SS), V being the first 512 columns
-//   of the same key rows (N-major). Then every warp frees both stages.
-// - Key rows past the piece's end (the NaN page tail) are loaded as they are: S masks them to
-//   -inf, and each warpgroup zeroes its half of those V rows before P V, so 0 x NaN never happens.
+// The 64 x 512 fp32 O does not fit one warpgroup's registers, so warpgroup 0 owns its columns
+// 0..255 (O_L) and warpgroup 1 its columns 256..511 (O_R). Keys come in rounds of two 64-key
+// cache blocks, K0 and K1, each in its own 72 KB buffer (9 column blocks of 64 x 64):
 //
-// Shared-memory layout of an R x 576 tile (Q: R = 64, K: R = 32): 9 column blocks of 64 elements,
-// each [R rows][128 B], 16-byte chunk c of row r at chunk c ^ (r % 8) (the TMA 128-byte swizzle),
-// every block on a 1024-byte boundary.
+//   warpgroup 0                                  warpgroup 1
+//   S0 = Q K0^T                                  S1 = Q K1^T
+//   m0 = max(m, rowmax S0), P0 = 2^(S0 - m0)
+//   O_L = O_L 2^(m - m0) + P0 V0L       -->      m1 = max(m0, rowmax S1), P1 = 2^(S1 - m1)
+//                                       <--      O_R = O_R 2^(m - m1) + P1 V1R; P1 stored
+//   P0 2^(m0 - m1) stored               -->      O_R += P0 V0R
+//   O_L = O_L 2^(m0 - m1) + P1 V1L
+//
+// so each warpgroup's softmax runs while the other one's products keep the tensor cores busy,
+// and each multiplies S over all 64 keys of a block (m64n64k16: half the shared-memory reads per
+// product of 32-key tiles). V is the first 512 columns of the same key rows (N-major B). A P
+// that the other warpgroup multiplies goes into the rope column block of its own K buffer, which
+// no product reads once that block's S is done.
+// - One producer thread moves, per request piece, the 64 x 576 Q tile (9 boxes, one barrier),
+//   then each block as two groups with their own full (transaction bytes) and empty barriers:
+//   columns 0..255 (read by warpgroup 0's S and by O_L's product) and columns 256..575 (the
+//   rest, and the stored P). A group is refilled as soon as its last product is done, so the next
+//   round's copies overlap this round's second half.
+// - Key rows past the piece's end (the NaN page tail) are loaded as they are: S masks them to
+//   -inf, and each warpgroup zeroes its half of those V rows before its product, so 0 x NaN never
+//   happens.
+//
+// Shared-memory layout of an R x 576 tile (Q, K0, K1: R = 64): 9 column blocks of 64 elements,
+// each [64 rows][128 B], 16-byte chunk c of row r at chunk c ^ (r % 8) (the TMA 128-byte swizzle),
+// every block on a 1024-byte boundary. A stored P (64 x 64, 16-bit) has the same layout.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,30 +57,27 @@ namespace attn::mla::sm90 {
 
 using namespace attn::kern;
 
-constexpr int kBlockM = 64;                      // packed query rows per CTA (one m_block)
-constexpr int kTileN = 32;                       // keys per ring stage
-constexpr int kStages = 4;
+constexpr int kBlockM = 64;                         // packed query rows per CTA (one m_block)
+constexpr int kBlockN = kFlashMlaBlockN;            // keys per K buffer: one 64-token cache block
 constexpr int kColBlocks = kFlashMlaHeadDimK / 64;  // 9 column blocks of 64
-constexpr int kThreads = 384;                    // two consumer warpgroups + the producer warpgroup
+constexpr int kColsA = 4;                           // group a: column blocks 0..3 (V's first 256 columns)
+constexpr int kThreads = 384;                       // two consumer warpgroups + the producer warpgroup
 // Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
 // setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
 // threads); asking for more makes setmaxnreg.inc wait forever.
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg beyond the CTA's registers");
-constexpr int kQBlockBytes = kBlockM * 128;      // 8 KB
-constexpr int kKBlockBytes = kTileN * 128;       // 4 KB
-constexpr int kQBytes = kColBlocks * kQBlockBytes;      // 72 KB
-constexpr int kStageBytes = kColBlocks * kKBlockBytes;  // 36 KB
-constexpr int kPBytes = kBlockM * 128;           // P of the pair: tile 2i in keys 0..31, 2i + 1 in 32..63
-constexpr int kStatBytes = 2 * 2 * kBlockM * 4;  // row maxima and row sums of both warpgroups
-constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
-constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kPBytes + kStatBytes + kBarrierBytes + 1024;
+constexpr int kColBytes = 64 * 128;                 // one column block of a 64-row tile: 8 KB
+constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
+constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
+constexpr int kBarriers = 10;
+constexpr int kSmemBytes = 3 * kTileBytes + kStatFloats * 4 + kBarriers * 8 + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
-static_assert(kTileN * 2 == kFlashMlaBlockN, "a tile is half a cache block");
-// Named barriers (0 is __syncthreads): row maxima exchanged, P written, each warpgroup's zeroed
-// V tail, the row sums exchanged.
-constexpr int kBarMax = 1, kBarP = 2, kBarTail = 3, kBarSum = 5;
+static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
+// Named barriers (0 is __syncthreads): the 256-thread hand-offs of a round, then each
+// warpgroup's zeroed V tail (128 threads) and the epilogue's row sums.
+constexpr int kBarScale0 = 1, kBarScale1 = 2, kBarP0 = 3, kBarP1 = 4, kBarTail = 5, kBarSum = 7;
 
 template <class Element>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -82,16 +87,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
-  uint8_t* sP = smem + kQBytes + kStages * kStageBytes;
-  float* sMax = reinterpret_cast<float*>(sP + kPBytes);  // [2 warpgroups][64 rows]
-  float* sSum = sMax + 2 * kBlockM;                      // [2 warpgroups][64 rows]
+  float* sStat = reinterpret_cast<float*>(smem + 3 * kTileBytes);
+  float* sM0 = sStat;                    // [64] running max after warpgroup 0's block (log2 units)
+  float* sScale0 = sStat + kBlockM;      // [64] 2^(m - m0)
+  float* sM1 = sStat + 2 * kBlockM;      // [64] running max after warpgroup 1's block
+  float* sScale1 = sStat + 3 * kBlockM;  // [64] 2^(m0 - m1)
+  float* sSum = sStat + 4 * kBlockM;     // [2][64] row sums at the end of a piece
   const uint32_t sQ_addr = smem_u32(smem);
-  const uint32_t sK_addr = sQ_addr + kQBytes;
-  const uint32_t sP_addr = smem_u32(sP);
-  const uint32_t bar_addr = smem_u32(sSum + 2 * kBlockM);
-  auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
-  auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
-  const uint32_t q_full = bar_addr + 8 * 2 * kStages, q_empty = q_full + 8;
+  auto sK_addr = [&](int k) { return sQ_addr + (1 + k) * kTileBytes; };  // K0, K1
+  const uint32_t bar_addr = smem_u32(sStat + kStatFloats);
+  // full/empty barriers of K buffer k, group g (a: columns 0..255, b: the rest).
+  auto full_bar = [&](int k, int g) { return bar_addr + 8 * (2 * k + g); };
+  auto empty_bar = [&](int k, int g) { return bar_addr + 8 * (4 + 2 * k + g); };
+  const uint32_t q_full = bar_addr + 8 * 8, q_empty = bar_addr + 8 * 9;
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Warp and warpgroup indices through a shuffle, so that the compiler sees them warp-uniform and
@@ -104,9 +112,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = m_block * kBlockM;
 
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_bar(s), 1);   // the producer's expect_tx arrival; the copies complete it
-      mbar_init(empty_bar(s), 8);  // every consumer warp, once its MMAs no longer read the stage
+    for (int k = 0; k < 2; ++k) {
+      for (int g = 0; g < 2; ++g) mbar_init(full_bar(k, g), 1);  // the producer's expect_tx arrival
+      // Group a of K0 is last read by warpgroup 0, group b of K0 and group a of K1 by one
+      // warpgroup each, group b of K1 (its V columns and the stored P1) by both.
+      mbar_init(empty_bar(k, 0), 4);
+      mbar_init(empty_bar(k, 1), k == 0 ? 4 : 8);
     }
     mbar_init(q_full, 1);
     mbar_init(q_empty, 8);
@@ -114,7 +125,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // The (request, key range) pieces of this partition, walked identically by both roles.
+  // The (request, key range) pieces of this partition, walked identically by every role; a piece
+  // starts on a cache block (the scheduler cuts at blocks) and ends at end_token or seq_len.
   auto piece_keys = [&](int req, int& kbegin, int& kend) {
     kbegin = req == begin_req ? begin_token : 0;
     kend = req == end_req ? end_token : p.seq_lens[req];
@@ -123,27 +135,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp >= 8) {
     setmaxnreg_dec<kProducerRegs>();
     if (tid == 256) {
-      int tile = 0;  // key tiles loaded so far: tile t uses stage t % kStages for the (t / kStages)-th time
+      int uses0 = 0, uses1 = 0;  // blocks loaded into K0 / K1 so far: load u waits for the u-th release
+      auto load_block = [&](int k, int block) {
+        const uint32_t dst = sK_addr(k);
+        const int u = k == 0 ? uses0++ : uses1++;
+        for (int g = 0; g < 2; ++g) {
+          if (u > 0) mbar_wait(empty_bar(k, g), (u - 1) & 1);
+          const int cb0 = g == 0 ? 0 : kColsA, cb1 = g == 0 ? kColsA : kColBlocks;
+          mbar_arrive_expect_tx(full_bar(k, g), (cb1 - cb0) * kColBytes);
+          for (int cb = cb0; cb < cb1; ++cb) tma_load_3d(dst + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
+        }
+      };
       for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
         int kbegin, kend;
         piece_keys(req, kbegin, kend);
         const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
+        const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
+        // The piece's first block goes ahead of its Q, which waits for the previous piece's end.
+        if (n_begin < n_end) load_block(0, table[n_begin]);
         // Q: packed rows row0 .. row0 + 63 of the request are rows req * rows + row0 .. of the
         // [batch * rows, 576] query; rows past the request belong to the next one (or are
         // zero-filled past the tensor) and are never stored.
         if (piece > 0) mbar_wait(q_empty, (piece - 1) & 1);
-        mbar_arrive_expect_tx(q_full, kQBytes);
+        mbar_arrive_expect_tx(q_full, kTileBytes);
         for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_2d(sQ_addr + cb * kQBlockBytes, &tm_q, cb * 64, req * rows + row0, q_full);
-        for (int n = kbegin / kTileN; n * kTileN < kend; ++n, ++tile) {
-          const int stage = tile % kStages;
-          if (tile >= kStages) mbar_wait(empty_bar(stage), ((tile / kStages) - 1) & 1);
-          mbar_arrive_expect_tx(full_bar(stage), kStageBytes);
-          const int block = table[n / 2];
-          for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_3d(sK_addr + stage * kStageBytes + cb * kKBlockBytes, &tm_kv, cb * 64, (n % 2) * kTileN, block,
-                        full_bar(stage));
-        }
+          tma_load_2d(sQ_addr + cb * kColBytes, &tm_q, cb * 64, req * rows + row0, q_full);
+        for (int n = n_begin + 1; n < n_end; ++n) load_block((n - n_begin) % 2, table[n]);
       }
     }
     return;
@@ -156,11 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wtid = tid % 128;
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint64_t q_desc = sw128_desc(sQ_addr, 16, 1024);
-  const uint64_t p_desc = sw128_desc(sP_addr, 16, 1024);
   int row_q[2];  // query index (0 or 1) of this thread's rows: the causal limit between two tokens
   for (int h = 0; h < 2; ++h) row_q[h] = (row0 + 16 * ww + g + 8 * h) / p.num_heads;
+  int uses0 = 0, uses1 = 0;  // blocks consumed from K0 / K1 so far (the producer's counts)
 
-  int tile = 0;
   for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
     int kbegin, kend;
     piece_keys(req, kbegin, kend);
@@ -168,164 +184,235 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int split = req == begin_req ? begin_split : 0;
     const int split_base = p.num_splits[req];
     const bool no_split = p.num_splits[req + 1] - split_base == 1;
-    const int n_begin = kbegin / kTileN;
-    const int num_tiles = kend > kbegin ? (kend + kTileN - 1) / kTileN - n_begin : 0;
+    const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
 
     float acc_o[128];  // O rows (g, g + 8) of this warp, columns 256 w + 8 j + 2 tq + (0, 1)
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc_o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY};  // log2 units, shared by both warpgroups
-    float row_sum[2] = {0.f, 0.f};              // this thread's share of its own tiles' sums
+    float row_max[2] = {-INFINITY, -INFINITY};  // log2 units, the same in both warpgroups after a round
+    float row_sum[2] = {0.f, 0.f};              // this thread's share of its own blocks' sums
     mbar_wait(q_full, piece & 1);
 
-    // Every warp frees the stages of tiles t and t + 1 (those that exist) once its P V of them is done.
-    auto free_pair = [&](int t) {
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(empty_bar((tile + t) % kStages));
-        if (t + 1 < num_tiles) mbar_arrive(empty_bar((tile + t + 1) % kStages));
-      }
-    };
+    for (int n0 = n_begin; n0 < n_end; n0 += 2) {
+      const bool has1 = n0 + 1 < n_end;
+      const int nk = w == 0 ? n0 : n0 + 1;  // my block (warpgroup 1 has none on an odd last round)
+      const bool has_mine = w == 0 || has1;
+      const uint32_t k_mine = sK_addr(w);
+      const int use_mine = w == 0 ? uses0 : uses1;
 
-    for (int i = 0; i < num_tiles; i += 2) {
-      const int mine = i + w, theirs = i + 1 - w;  // tile indices within the piece
-      const bool has_mine = mine < num_tiles, has_theirs = theirs < num_tiles;
-      const int st_mine = (tile + mine) % kStages, st_theirs = (tile + theirs) % kStages;
-
-      // S = Q K^T of my tile, issued behind the previous pair's P V (still in flight), so the
-      // tensor cores go from one to the other without a gap. k-step ks reads head dims 16 ks ..:
-      // column block ks / 4, 32-byte offset ks % 4 inside the swizzled rows.
-      float s[16];
+      // S = Q K^T of my block, group a's 16 k-steps as soon as it lands, then group b's 20.
+      // k-step ks reads head dims 16 ks ..: column block ks / 4, 32-byte offset ks % 4.
+      float s[32];
       if (has_mine) {
-        mbar_wait(full_bar(st_mine), ((tile + mine) / kStages) & 1);
-        const uint32_t k_addr = sK_addr + st_mine * kStageBytes;
+        // Both descriptors are bases plus immediates; the empty asm keeps the compiler from
+        // hoisting all 72 of them out of the loop into registers.
+        uint64_t qd = q_desc, kd = sw128_desc(k_mine, 16, 1024);
+        asm volatile("" : "+l"(qd), "+l"(kd));
+        mbar_wait(full_bar(w, 0), use_mine & 1);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < kFlashMlaHeadDimK / 16; ++ks) {
-          const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
-          const uint32_t koff = (ks / 4) * kKBlockBytes + (ks % 4) * 32;
-          wgmma_ss<Element>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+        for (int ks = 0; ks < 4 * kColsA; ++ks) {
+          const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
+          wgmma_ss<Element>(s, qd + (off >> 4), kd + (off >> 4), ks > 0);
+        }
+        mbar_wait(full_bar(w, 1), use_mine & 1);
+#pragma unroll
+        for (int ks = 4 * kColsA; ks < kFlashMlaHeadDimK / 16; ++ks) {
+          const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
+          wgmma_ss<Element>(s, qd + (off >> 4), kd + (off >> 4), 1);
         }
         wgmma_commit();
-      }
-      wgmma_wait<0>();
-      fence_regs(s);
-      fence_regs(acc_o);
-      if (i > 0) free_pair(i - 2);
-      // Mask (the piece's key range, the causal limit of each row), scale, row maxima.
-      float mx[2] = {-INFINITY, -INFINITY};
-      if (has_mine) {
-        const int key0 = (n_begin + mine) * kTileN;
+        wgmma_wait<0>();
+        fence_regs(s);
+        // Mask (the piece's key range, the causal limit of each row), scale to log2 units.
+        const int key0 = nk * kBlockN;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = key0 + 8 * j + 2 * tq + (e % 2);
             const int h = e / 2;
             const bool visible = key < kend && key <= seq_len - p.q_len + row_q[h];
             s[4 * j + e] = visible ? s[4 * j + e] * scale_log2 : -INFINITY;
-            mx[h] = fmaxf(mx[h], s[4 * j + e]);
           }
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (tq == 0) sMax[w * kBlockM + 16 * ww + g + 8 * h] = mx[h];
-      }
-      named_bar_sync(kBarMax, 256);
-      float alpha[2];
+      // Row maxima: warpgroup 0 from the running max, warpgroup 1 from warpgroup 0's.
+      if (w == 1) named_bar_sync(kBarScale0, 256);
+      float m_in[2], mx[2], alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * ww + g + 8 * h;
-        const float m_new = fmaxf(row_max[h], fmaxf(sMax[r], sMax[kBlockM + r]));
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: keep P = 0
-        alpha[h] = fast_exp2(row_max[h] - m_use);
-        row_max[h] = m_new;
+        m_in[h] = w == 0 ? row_max[h] : sM0[r];
+        mx[h] = m_in[h];
+        if (has_mine) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mx[h] = fmaxf(mx[h], fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        }
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_use = mx[h] == -INFINITY ? 0.f : mx[h];  // no visible key yet: keep P = 0
+        alpha[h] = fast_exp2(m_in[h] - m_use);                 // 2^(m - m0) or 2^(m0 - m1)
         float sum = 0.f;
         if (has_mine) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < 8; ++j) {
             s[4 * j + 2 * h] = fast_exp2(s[4 * j + 2 * h] - m_use);
             s[4 * j + 2 * h + 1] = fast_exp2(s[4 * j + 2 * h + 1] - m_use);
             sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
           }
         }
-        row_sum[h] = row_sum[h] * alpha[h] + sum;
+        if (tq == 0) {
+          (w == 0 ? sM0 : sM1)[r] = mx[h];
+          (w == 0 ? sScale0 : sScale1)[r] = alpha[h];
+        }
+        // Warpgroup 1 also takes warpgroup 0's factor on its O and sums: both reach m1 this round.
+        const float a_own = w == 0 ? alpha[h] : alpha[h] * sScale0[r];
+        row_sum[h] = row_sum[h] * a_own + sum;
+        alpha[h] = a_own;
+        row_max[h] = mx[h];
       }
-      // My P as the A fragments of two k-steps, and into my half of the shared P tile (keys
-      // 32 w .. of the pair: 16-byte chunks 4 w .., swizzled like Q).
-      uint32_t pa[2][4];
+      named_bar_arrive(w == 0 ? kBarScale0 : kBarScale1, 256);
+
+      // My P as the A fragments of the block's four k-steps.
+      uint32_t pa[4][4];
       if (has_mine) {
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
+        for (int kk = 0; kk < 4; ++kk) {
           pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
           pa[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
           pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
           pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
-#pragma unroll
-          for (int f = 0; f < 4; ++f) {
-            const int r = 16 * ww + g + 8 * (f % 2);
-            const int chunk = 4 * w + 2 * kk + f / 2;
-            *reinterpret_cast<uint32_t*>(sP + r * 128 + ((chunk ^ (r & 7)) << 4) + tq * 4) = pa[kk][f];
-          }
         }
-        fence_proxy_async();  // P is read by the other warpgroup's tensor cores
       }
-      // Rescale O only where a row max moved (exact: alpha is 1 otherwise); after the first
-      // tiles of a piece most pairs skip the 128 multiplies.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int d = 0; d < 32; ++d) {
-        acc_o[4 * d] *= alpha[0];
-        acc_o[4 * d + 1] *= alpha[0];
-        acc_o[4 * d + 2] *= alpha[1];
-        acc_o[4 * d + 3] *= alpha[1];
-      }
-      }
-      named_bar_sync(kBarP, 256);  // both P halves written; both Q K^T done with the pair's K rows
-
-      // The piece's last tile, if it ends inside it: zero my V columns of the rows past kend.
-      const int last = num_tiles - 1;
-      if ((last == mine || last == theirs) && kend % kTileN != 0) {
-        const int valid = kend - (n_begin + last) * kTileN;
-        uint8_t* v = smem + kQBytes + ((tile + last) % kStages) * kStageBytes + 4 * w * kKBlockBytes;
-        const int chunks = (kTileN - valid) * 8;  // 16-byte chunks per column block
+      // The piece's last block, if it ends inside it: zero my V columns of the rows past kend in
+      // buffer k (after its group a / b landed: my columns are group w).
+      auto zero_tail = [&](int k, int n) {
+        const int valid = kend - n * kBlockN;
+        if (n != n_end - 1 || valid >= kBlockN) return;
+        mbar_wait(full_bar(k, w), (k == 0 ? uses0 : uses1) & 1);
+        uint8_t* v = smem + kTileBytes * (1 + k) + 4 * w * kColBytes;
+        const int chunks = (kBlockN - valid) * 8;  // 16-byte chunks per column block
         for (int c = wtid; c < 4 * chunks; c += 128) {
           const int cb = c / chunks, rc = c % chunks;
-          *reinterpret_cast<uint4*>(v + cb * kKBlockBytes + (valid + rc / 8) * 128 + (rc % 8) * 16) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(v + cb * kColBytes + (valid + rc / 8) * 128 + (rc % 8) * 16) = make_uint4(0, 0, 0, 0);
         }
         fence_proxy_async();
         named_bar_sync(kBarTail + w, 128);
-      }
-
-      // O[:, 256 w ..] += P V over both tiles: 16 keys per k-step (2048 bytes of V rows), the
-      // 256 columns spanning column blocks 4 w .. 4 w + 3 (kKBlockBytes apart).
-      fence_regs(acc_o);
-      wgmma_fence();
-      if (has_mine) {
-        const uint32_t v_addr = sK_addr + st_mine * kStageBytes + 4 * w * kKBlockBytes;
+      };
+      // Stores P (scaled by f0 / f1 in rows g / g + 8) into the rope column block of buffer k.
+      auto store_p = [&](int k, float f0, float f1) {
+        uint8_t* sp = smem + kTileBytes * (1 + k) + 8 * kColBytes;
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
-          wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v_addr + kk * 2048, kKBlockBytes, 1024), 1);
-      }
-      if (has_theirs) {
-        const uint32_t v_addr = sK_addr + st_theirs * kStageBytes + 4 * w * kKBlockBytes;
+        for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const uint32_t poff = (1 - w) * 64 + kk * 32;
-          wgmma_ss_nmajor_b<Element>(acc_o, p_desc + (poff >> 4), sw128_desc(v_addr + kk * 2048, kKBlockBytes, 1024), 1);
+          for (int q = 0; q < 4; ++q) {
+            const int h = q % 2, r = 16 * ww + g + 8 * h, chunk = 2 * kk + q / 2;
+            *reinterpret_cast<uint32_t*>(sp + r * 128 + ((chunk ^ (r & 7)) << 4) + tq * 4) =
+                pack2<Element>(s[8 * kk + 2 * q] * (h ? f1 : f0), s[8 * kk + 2 * q + 1] * (h ? f1 : f0));
+          }
         }
-      }
-      wgmma_commit();  // waited for with the next pair's Q K^T
-    }
-    wgmma_wait<0>();
-    fence_regs(acc_o);
-    if (num_tiles > 0) free_pair((num_tiles - 1) / 2 * 2);
-    tile += num_tiles;
+        fence_proxy_async();  // read by the other warpgroup's tensor cores
+      };
+      auto rescale_o = [&](float f0, float f1) {
+        // Only where a row max moved (exact: the factor is 1 otherwise).
+        if (__any_sync(0xffffffffu, f0 != 1.f || f1 != 1.f)) {
+#pragma unroll
+          for (int d = 0; d < 32; ++d) {
+            acc_o[4 * d] *= f0;
+            acc_o[4 * d + 1] *= f0;
+            acc_o[4 * d + 2] *= f1;
+            acc_o[4 * d + 3] *= f1;
+          }
+        }
+      };
+      // O[:, 256 w ..] += P V over one block: k-step kk = keys 16 kk .. (2048 bytes of V rows),
+      // the 256 columns spanning column blocks 4 w .. 4 w + 3.
+      auto pv_own = [&](int k) {
+        const uint32_t v = sK_addr(k) + 4 * w * kColBytes;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v + kk * 2048, kColBytes, 1024), 1);
+      };
+      auto pv_stored = [&](int k) {
+        const uint32_t v = sK_addr(k) + 4 * w * kColBytes;
+        const uint64_t pd = sw128_desc(sK_addr(k) + 8 * kColBytes, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_ss_nmajor_b<Element>(acc_o, pd + ((kk * 32) >> 4), sw128_desc(v + kk * 2048, kColBytes, 1024), 1);
+      };
+      auto release = [&](int k, int grp) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar(k, grp));
+      };
 
-    // Epilogue: both warpgroups used the same maxima, so their row sums add up.
+      if (w == 0) {
+        // O_L = O_L 2^(m - m0) + P0 V0L, then group a of K0 goes back to the producer.
+        rescale_o(alpha[0], alpha[1]);
+        zero_tail(0, n0);
+        fence_regs(acc_o);
+        wgmma_fence();
+        pv_own(0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        release(0, 0);
+        // P0 scaled to m1 for warpgroup 1's O_R, then O_L = O_L 2^(m0 - m1) + P1 V1L.
+        named_bar_sync(kBarScale1, 256);
+        float f1[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * ww + g + 8 * h;
+          f1[h] = sScale1[r];
+          row_max[h] = sM1[r];
+          row_sum[h] *= f1[h];
+        }
+        store_p(0, f1[0], f1[1]);
+        named_bar_arrive(kBarP0, 256);
+        if (has1) {
+          named_bar_sync(kBarP1, 256);
+          mbar_wait(full_bar(1, 0), uses1 & 1);
+          rescale_o(f1[0], f1[1]);
+          zero_tail(1, n0 + 1);
+          fence_regs(acc_o);
+          wgmma_fence();
+          pv_stored(1);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs(acc_o);
+          release(1, 0);
+          release(1, 1);
+        } else {
+          rescale_o(f1[0], f1[1]);
+        }
+      } else {
+        // O_R = O_R 2^(m - m1) + P1 V1R (P1 stored for warpgroup 0 first), then + P0 V0R.
+        if (has1) {
+          store_p(1, 1.f, 1.f);
+          named_bar_arrive(kBarP1, 256);
+        }
+        rescale_o(alpha[0], alpha[1]);
+        if (has1) zero_tail(1, n0 + 1);
+        fence_regs(acc_o);
+        wgmma_fence();
+        if (has1) pv_own(1);
+        wgmma_commit();
+        named_bar_sync(kBarP0, 256);
+        mbar_wait(full_bar(0, 1), uses0 & 1);
+        zero_tail(0, n0);
+        wgmma_fence();
+        pv_stored(0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (has1) release(1, 1);
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        release(0, 1);
+      }
+      ++uses0;
+      if (has1) ++uses1;
+    }
+
+    // Epilogue: both warpgroups ended on the same max, so their row sums add up.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
@@ -360,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch over (m_blocks, num_parts); the tensor maps name the latent cache as
-// [num_blocks][64 slots][576] with boxes of 64 columns x 32 slots, and the query as
+// [num_blocks][64 slots][576] with boxes of 64 columns x 64 slots, and the query as
 // [batch * rows][576] with boxes of 64 columns x 64 rows (kernels/common/tma_map.hpp).
 template <class Element>
 void run_flashmla_decode_sm90(const FlashMlaDecodeParams& p, const CUtensorMap& tm_kv, const CUtensorMap& tm_q,

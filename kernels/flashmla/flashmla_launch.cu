@@ -34,7 +34,7 @@ void run(const FlashMlaDecodeParams& p, bool fp16, FlashMlaKernel kernel, cudaSt
     // The latent cache as [num_blocks][64 slots][576]; the query as [batch * q_len * heads][576].
     const uint64_t kv_dims[3] = {kFlashMlaHeadDimK, kFlashMlaBlockN, static_cast<uint64_t>(p.num_cache_blocks)};
     const uint64_t kv_strides[2] = {kFlashMlaHeadDimK * 2, static_cast<uint64_t>(p.kv_block_stride) * 2};
-    const uint32_t kv_box[3] = {64, kFlashMlaBlockN / 2, 1};
+    const uint32_t kv_box[3] = {64, kFlashMlaBlockN, 1};
     const uint64_t q_dims[2] = {kFlashMlaHeadDimK, static_cast<uint64_t>(p.batch) * p.q_len * p.num_heads};
     const uint64_t q_strides[1] = {kFlashMlaHeadDimK * 2};
     const uint32_t q_box[2] = {64, kFlashMlaBlockM};
