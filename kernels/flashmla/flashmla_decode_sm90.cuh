@@ -7,7 +7,7 @@
 // (FlashMlaKernel in flashmla_params.hpp).
 //
 // A CTA is two consumer warpgroups and a producer warpgroup (384 threads) on one m_block of one
-// scheduler partition; setmaxnreg leaves the producer 40 registers and gives the consumers 232.
+// scheduler partition; setmaxnreg leaves the producer 24 registers and gives the consumers 240.
 // The 64 x 512 fp32 O does not fit one warpgroup's registers, so warpgroup 0 owns its columns
 // 0..255 (O_L) and warpgroup 1 its columns 256..511 (O_R). Keys come in rounds of two 64-key
 // cache blocks, K0 and K1, each in its own 72 KB buffer (9 column blocks of 64 x 64):
@@ -22,14 +22,15 @@
 //
 // so each warpgroup's softmax runs while the other one's products keep the tensor cores busy,
 // and each multiplies S over all 64 keys of a block (m64n64k16: half the shared-memory reads per
-// product of 32-key tiles). V is the first 512 columns of the same key rows (N-major B). A P
-// that the other warpgroup multiplies goes into the rope column block of its own K buffer, which
-// no product reads once that block's S is done.
+// product of 32-key tiles). V is the first 512 columns of the same key rows (N-major B). P0,
+// which warpgroup 1 multiplies, goes into K0's rope column block (no product reads it once S0
+// is done); P1 into a buffer of its own.
 // - One producer thread moves, per request piece, the 64 x 576 Q tile (9 boxes, one barrier),
 //   then each block as two groups with their own full (transaction bytes) and empty barriers:
-//   columns 0..255 (read by warpgroup 0's S and by O_L's product) and columns 256..575 (the
-//   rest, and the stored P). A group is refilled as soon as its last product is done, so the next
-//   round's copies overlap this round's second half.
+//   a = columns 0..255 and b = columns 256..575. Each group is last read by one warpgroup's
+//   product (K0: a by P0 V0L, b by P0 V0R; K1: b by P1 V1R, a by P1 V1L) and refilled as soon as
+//   that product is done; the producer loads the groups in the order they come free (K0 a,
+//   K1 b, K0 b, K1 a), and each warpgroup's S takes its block's groups in that order too.
 // - Key rows past the piece's end (the NaN page tail) are loaded as they are: S masks them to
 //   -inf, and each warpgroup zeroes its half of those V rows before its product, so 0 x NaN never
 //   happens.
@@ -62,7 +63,7 @@ constexpr int kBlockN = kFlashMlaBlockN;            // keys per K buffer: one 64
 constexpr int kColBlocks = kFlashMlaHeadDimK / 64;  // 9 column blocks of 64
 constexpr int kColsA = 4;                           // group a: column blocks 0..3 (V's first 256 columns)
 constexpr int kThreads = 384;                       // two consumer warpgroups + the producer warpgroup
-// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512, all the CTA launched with.
+// Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 = 64512, all the CTA launched with.
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 // setmaxnreg moves registers only within what the CTA was launched with (168 per thread for 384
@@ -72,7 +73,7 @@ constexpr int kColBytes = 64 * 128;                 // one column block of a 64-
 constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
 constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
 constexpr int kBarriers = 10;
-constexpr int kSmemBytes = 3 * kTileBytes + kStatFloats * 4 + kBarriers * 8 + 1024;
+constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 1024;  // + P1
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
 // Named barriers (0 is __syncthreads): the 256-thread hand-offs of a round, then each
@@ -87,7 +88,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
-  float* sStat = reinterpret_cast<float*>(smem + 3 * kTileBytes);
+  uint8_t* sP1 = smem + 3 * kTileBytes;  // [64 rows][64 keys] 16-bit, swizzled like a column block
+  float* sStat = reinterpret_cast<float*>(sP1 + kColBytes);
   float* sM0 = sStat;                    // [64] running max after warpgroup 0's block (log2 units)
   float* sScale0 = sStat + kBlockM;      // [64] 2^(m - m0)
   float* sM1 = sStat + 2 * kBlockM;      // [64] running max after warpgroup 1's block
@@ -114,10 +116,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int k = 0; k < 2; ++k) {
       for (int g = 0; g < 2; ++g) mbar_init(full_bar(k, g), 1);  // the producer's expect_tx arrival
-      // Group a of K0 is last read by warpgroup 0, group b of K0 and group a of K1 by one
-      // warpgroup each, group b of K1 (its V columns and the stored P1) by both.
+      // Every group is last read by one warpgroup: K0's group a and K1's group a by warpgroup 0
+      // (P0 V0L, P1 V1L), K0's group b and K1's group b by warpgroup 1 (P0 V0R, P1 V1R).
       mbar_init(empty_bar(k, 0), 4);
-      mbar_init(empty_bar(k, 1), k == 0 ? 4 : 8);
+      mbar_init(empty_bar(k, 1), 4);
     }
     mbar_init(q_full, 1);
     mbar_init(q_empty, 8);
@@ -136,31 +138,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     if (tid == 256) {
       int uses0 = 0, uses1 = 0;  // blocks loaded into K0 / K1 so far: load u waits for the u-th release
-      auto load_block = [&](int k, int block) {
-        const uint32_t dst = sK_addr(k);
-        const int u = k == 0 ? uses0++ : uses1++;
-        for (int g = 0; g < 2; ++g) {
-          if (u > 0) mbar_wait(empty_bar(k, g), (u - 1) & 1);
-          const int cb0 = g == 0 ? 0 : kColsA, cb1 = g == 0 ? kColsA : kColBlocks;
-          mbar_arrive_expect_tx(full_bar(k, g), (cb1 - cb0) * kColBytes);
-          for (int cb = cb0; cb < cb1; ++cb) tma_load_3d(dst + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
-        }
+      // Group g of block `block` into buffer k, its u-th load.
+      auto load_group = [&](int k, int g, int block, int u) {
+        if (u > 0) mbar_wait(empty_bar(k, g), (u - 1) & 1);
+        const int cb0 = g == 0 ? 0 : kColsA, cb1 = g == 0 ? kColsA : kColBlocks;
+        mbar_arrive_expect_tx(full_bar(k, g), (cb1 - cb0) * kColBytes);
+        for (int cb = cb0; cb < cb1; ++cb)
+          tma_load_3d(sK_addr(k) + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
       };
       for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
         int kbegin, kend;
         piece_keys(req, kbegin, kend);
         const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
         const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
-        // The piece's first block goes ahead of its Q, which waits for the previous piece's end.
-        if (n_begin < n_end) load_block(0, table[n_begin]);
-        // Q: packed rows row0 .. row0 + 63 of the request are rows req * rows + row0 .. of the
-        // [batch * rows, 576] query; rows past the request belong to the next one (or are
-        // zero-filled past the tensor) and are never stored.
-        if (piece > 0) mbar_wait(q_empty, (piece - 1) & 1);
-        mbar_arrive_expect_tx(q_full, kTileBytes);
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_2d(sQ_addr + cb * kColBytes, &tm_q, cb * 64, req * rows + row0, q_full);
-        for (int n = n_begin + 1; n < n_end; ++n) load_block((n - n_begin) % 2, table[n]);
+        // Per round, the groups in the order their previous contents are released: K0's a
+        // (mid-round), K1's b (mid-round), K0's b, K1's a (the round's last products). The
+        // piece's first block goes ahead of its Q, which waits for the previous piece's end.
+        for (int n0 = n_begin; n0 < n_end || n0 == n_begin; n0 += 2) {
+          const bool has0 = n0 < n_end, has1 = n0 + 1 < n_end;
+          if (has0) load_group(0, 0, table[n0], uses0);
+          if (n0 == n_begin) {
+            if (has0) load_group(0, 1, table[n0], uses0);
+            // Q: packed rows row0 .. row0 + 63 of the request are rows req * rows + row0 .. of
+            // the [batch * rows, 576] query; rows past the request belong to the next one (or
+            // are zero-filled past the tensor) and are never stored.
+            if (piece > 0) mbar_wait(q_empty, (piece - 1) & 1);
+            mbar_arrive_expect_tx(q_full, kTileBytes);
+            for (int cb = 0; cb < kColBlocks; ++cb)
+              tma_load_2d(sQ_addr + cb * kColBytes, &tm_q, cb * 64, req * rows + row0, q_full);
+          }
+          if (has1) load_group(1, 1, table[n0 + 1], uses1);
+          if (has0 && n0 != n_begin) load_group(0, 1, table[n0], uses0);
+          if (has1) load_group(1, 0, table[n0 + 1], uses1);
+          uses0 += has0;
+          uses1 += has1;
+        }
       }
     }
     return;
@@ -200,27 +212,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t k_mine = sK_addr(w);
       const int use_mine = w == 0 ? uses0 : uses1;
 
-      // S = Q K^T of my block, group a's 16 k-steps as soon as it lands, then group b's 20.
-      // k-step ks reads head dims 16 ks ..: column block ks / 4, 32-byte offset ks % 4.
+      // S = Q K^T of my block, each group's k-steps as soon as it lands, in the order the
+      // producer loads them (warpgroup 0: a then b, warpgroup 1: b then a). k-step ks reads head
+      // dims 16 ks ..: column block ks / 4, 32-byte offset ks % 4.
       float s[32];
       if (has_mine) {
-        // Both descriptors are bases plus immediates; the empty asm keeps the compiler from
-        // hoisting all 72 of them out of the loop into registers.
-        uint64_t qd = q_desc, kd = sw128_desc(k_mine, 16, 1024);
-        asm volatile("" : "+l"(qd), "+l"(kd));
-        mbar_wait(full_bar(w, 0), use_mine & 1);
+        // One code path for both orders: three runs of k-steps over column blocks [c1, c1 + 4),
+        // 8, [c3, c3 + 4); warpgroup 0 takes a = 0..3 first (c1 = 0, c3 = 4), warpgroup 1 starts
+        // with b (c1 = 4, c3 = 0). Bases plus immediates keep the descriptors out of registers.
+        const int c1 = 4 * w, c3 = 4 - 4 * w;
+        auto qk_run = [&](int cb0, int steps, int acc) {
+          uint64_t qd = q_desc + ((cb0 * kColBytes) >> 4), kd = sw128_desc(k_mine + cb0 * kColBytes, 16, 1024);
+          asm volatile("" : "+l"(qd), "+l"(kd));
+#pragma unroll
+          for (int ks = 0; ks < 16; ++ks) {
+            if (ks >= steps) break;
+            const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
+            wgmma_ss<Element>(s, qd + (off >> 4), kd + (off >> 4), acc | (ks > 0));
+          }
+        };
+        mbar_wait(full_bar(w, w), use_mine & 1);
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4 * kColsA; ++ks) {
-          const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
-          wgmma_ss<Element>(s, qd + (off >> 4), kd + (off >> 4), ks > 0);
-        }
-        mbar_wait(full_bar(w, 1), use_mine & 1);
-#pragma unroll
-        for (int ks = 4 * kColsA; ks < kFlashMlaHeadDimK / 16; ++ks) {
-          const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
-          wgmma_ss<Element>(s, qd + (off >> 4), kd + (off >> 4), 1);
-        }
+        qk_run(c1, 16, 0);
+        if (w == 0) mbar_wait(full_bar(0, 1), use_mine & 1);
+        qk_run(8, 4, 1);
+        if (w == 1) mbar_wait(full_bar(1, 0), use_mine & 1);
+        qk_run(c3, 16, 1);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(s);
@@ -285,12 +302,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
         }
       }
+      // Group g of buffer k (warpgroup g's V columns among them) has landed.
+      auto landed = [&](int k, int grp) { mbar_wait(full_bar(k, grp), (k == 0 ? uses0 : uses1) & 1); };
       // The piece's last block, if it ends inside it: zero my V columns of the rows past kend in
-      // buffer k (after its group a / b landed: my columns are group w).
+      // buffer k.
       auto zero_tail = [&](int k, int n) {
         const int valid = kend - n * kBlockN;
         if (n != n_end - 1 || valid >= kBlockN) return;
-        mbar_wait(full_bar(k, w), (k == 0 ? uses0 : uses1) & 1);
+        landed(k, w);
         uint8_t* v = smem + kTileBytes * (1 + k) + 4 * w * kColBytes;
         const int chunks = (kBlockN - valid) * 8;  // 16-byte chunks per column block
         for (int c = wtid; c < 4 * chunks; c += 128) {
@@ -300,9 +319,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async();
         named_bar_sync(kBarTail + w, 128);
       };
-      // Stores P (scaled by f0 / f1 in rows g / g + 8) into the rope column block of buffer k.
+      // P0 goes into the rope column block of K0, P1 into its own buffer.
+      auto p_addr = [&](int k) { return k == 0 ? sK_addr(0) + 8 * kColBytes : smem_u32(sP1); };
+      // Stores P (scaled by f0 / f1 in rows g / g + 8) for the other warpgroup's product.
       auto store_p = [&](int k, float f0, float f1) {
-        uint8_t* sp = smem + kTileBytes * (1 + k) + 8 * kColBytes;
+        uint8_t* sp = k == 0 ? smem + kTileBytes + 8 * kColBytes : sP1;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -335,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       auto pv_stored = [&](int k) {
         const uint32_t v = sK_addr(k) + 4 * w * kColBytes;
-        const uint64_t pd = sw128_desc(sK_addr(k) + 8 * kColBytes, 16, 1024);
+        const uint64_t pd = sw128_desc(p_addr(k), 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
           wgmma_ss_nmajor_b<Element>(acc_o, pd + ((kk * 32) >> 4), sw128_desc(v + kk * 2048, kColBytes, 1024), 1);
@@ -370,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         named_bar_arrive(kBarP0, 256);
         if (has1) {
           named_bar_sync(kBarP1, 256);
-          mbar_wait(full_bar(1, 0), uses1 & 1);
+          landed(1, 0);
           rescale_o(f1[0], f1[1]);
           zero_tail(1, n0 + 1);
           fence_regs(acc_o);
@@ -380,7 +401,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
           fence_regs(acc_o);
           release(1, 0);
-          release(1, 1);
         } else {
           rescale_o(f1[0], f1[1]);
         }
@@ -397,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (has1) pv_own(1);
         wgmma_commit();
         named_bar_sync(kBarP0, 256);
-        mbar_wait(full_bar(0, 1), uses0 & 1);
+        landed(0, 1);
         zero_tail(0, n0);
         wgmma_fence();
         pv_stored(0);
