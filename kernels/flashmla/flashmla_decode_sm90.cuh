@@ -72,13 +72,14 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnre
 constexpr int kColBytes = 64 * 128;                 // one column block of a 64-row tile: 8 KB
 constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
 constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
-constexpr int kBarriers = 10;
+constexpr int kBarriers = 14;  // K full/empty (8), Q full/empty, the four hand-offs of a round
 constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 1024;  // + P1
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
-// Named barriers (0 is __syncthreads): the 256-thread hand-offs of a round, then each
-// warpgroup's zeroed V tail (128 threads) and the epilogue's row sums.
-constexpr int kBarScale0 = 1, kBarScale1 = 2, kBarP0 = 3, kBarP1 = 4, kBarTail = 5, kBarSum = 7;
+// Named barriers (0 is __syncthreads): each warpgroup's zeroed V tail (128 threads) and the
+// epilogue's row sums (256). The hand-offs between the warpgroups within a round are mbarriers:
+// every thread of the sender arrives (a release of its own writes), the receiver waits.
+constexpr int kBarTail = 5, kBarSum = 7;
 
 template <class Element>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -102,6 +103,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full_bar = [&](int k, int g) { return bar_addr + 8 * (2 * k + g); };
   auto empty_bar = [&](int k, int g) { return bar_addr + 8 * (4 + 2 * k + g); };
   const uint32_t q_full = bar_addr + 8 * 8, q_empty = bar_addr + 8 * 9;
+  // Hand-offs of a round: m0 and 2^(m - m0) (warpgroup 0 -> 1), m1 and 2^(m0 - m1) (1 -> 0), the
+  // stored P0 (0 -> 1) and P1 (1 -> 0).
+  const uint32_t h_scale0 = bar_addr + 8 * 10, h_scale1 = bar_addr + 8 * 11, h_p0 = bar_addr + 8 * 12,
+                 h_p1 = bar_addr + 8 * 13;
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Warp and warpgroup indices through a shuffle, so that the compiler sees them warp-uniform and
@@ -123,6 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init(q_full, 1);
     mbar_init(q_empty, 8);
+    for (int i = 0; i < 4; ++i) mbar_init(h_scale0 + 8 * i, 128);
     fence_barrier_init();
   }
   __syncthreads();
@@ -255,7 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // Row maxima: warpgroup 0 from the running max, warpgroup 1 from warpgroup 0's.
-      if (w == 1) named_bar_sync(kBarScale0, 256);
+      // Round parities: every round completes each hand-off once, P1's only with a block in K1.
+      if (w == 1) mbar_wait(h_scale0, uses0 & 1);
       float m_in[2], mx[2], alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -289,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         alpha[h] = a_own;
         row_max[h] = mx[h];
       }
-      named_bar_arrive(w == 0 ? kBarScale0 : kBarScale1, 256);
+      mbar_arrive(w == 0 ? h_scale0 : h_scale1);
 
       // My P as the A fragments of the block's four k-steps.
       uint32_t pa[4][4];
@@ -378,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_regs(acc_o);
         release(0, 0);
         // P0 scaled to m1 for warpgroup 1's O_R, then O_L = O_L 2^(m0 - m1) + P1 V1L.
-        named_bar_sync(kBarScale1, 256);
+        mbar_wait(h_scale1, uses0 & 1);
         float f1[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -388,9 +395,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_sum[h] *= f1[h];
         }
         store_p(0, f1[0], f1[1]);
-        named_bar_arrive(kBarP0, 256);
+        mbar_arrive(h_p0);
         if (has1) {
-          named_bar_sync(kBarP1, 256);
+          mbar_wait(h_p1, uses1 & 1);
           landed(1, 0);
           rescale_o(f1[0], f1[1]);
           zero_tail(1, n0 + 1);
@@ -408,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // O_R = O_R 2^(m - m1) + P1 V1R (P1 stored for warpgroup 0 first), then + P0 V0R.
         if (has1) {
           store_p(1, 1.f, 1.f);
-          named_bar_arrive(kBarP1, 256);
+          mbar_arrive(h_p1);
         }
         rescale_o(alpha[0], alpha[1]);
         if (has1) zero_tail(1, n0 + 1);
@@ -416,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
         if (has1) pv_own(1);
         wgmma_commit();
-        named_bar_sync(kBarP0, 256);
+        mbar_wait(h_p0, uses0 & 1);
         landed(0, 1);
         zero_tail(0, n0);
         wgmma_fence();
