@@ -1,5 +1,5 @@
 #pragma once
-// The cold-L2 flush of the device timing (lib/timing/timing_cuda.cpp). Plain C++: includable from
+// The cold-L2 flush of the device timing (ColdL2, lib/timing/cold_l2.hpp). Plain C++: includable from
 // host .cpp files; pointers are device memory.
 #include <cuda_runtime_api.h>
 
