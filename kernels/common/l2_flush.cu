@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/common/l2_flush_launch.hpp"
 
@@ -22,12 +21,10 @@ __global__ void l2_read_flush_kernel(const uint4* __restrict__ buf, std::size_t 
 
 }  // namespace
 
-void launch_l2_read_flush(const void* buf, std::size_t bytes, uint32_t* sink, cudaStream_t stream) {
+void launch_l2_read_flush(const void* buf, std::size_t bytes, uint32_t* sink, int ctas, cudaStream_t stream) {
   if (bytes % 16 != 0) throw RuntimeError("launch_l2_read_flush: bytes must be a multiple of 16");
-  int sms = 0, dev = 0;
-  ATTN_CUDA_CHECK(cudaGetDevice(&dev));
-  ATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  l2_read_flush_kernel<<<4 * sms, 256, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+  if (ctas < 1) throw RuntimeError("launch_l2_read_flush: ctas must be >= 1");
+  l2_read_flush_kernel<<<ctas, 256, 0, stream>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw RuntimeError(std::string("l2 flush launch failed: ") + cudaGetErrorString(err));
 }

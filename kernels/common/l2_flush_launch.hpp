@@ -13,6 +13,7 @@ namespace attn {
 // leaves every L2 line clean and holding `buf`: none of the next kernel's inputs stay cached, and
 // none of the previous writes (the flush of a memset, the last run's outputs) are left dirty for
 // the next kernel to write back to DRAM inside its own timing.
-void launch_l2_read_flush(const void* buf, std::size_t bytes, uint32_t* sink, cudaStream_t stream);
+// `ctas`: the grid (a few per SM keep the device's loads in flight).
+void launch_l2_read_flush(const void* buf, std::size_t bytes, uint32_t* sink, int ctas, cudaStream_t stream);
 
 }  // namespace attn

@@ -21,6 +21,7 @@ class ColdL2 {
  private:
   DeviceBuffer buffer_, sink_;
   bool write_ = false;
+  int ctas_ = 0;  // flush grid: 4 CTAs per SM
   int calls_ = 0;
 };
 

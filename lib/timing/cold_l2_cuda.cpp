@@ -22,6 +22,7 @@ ColdL2::ColdL2(cudaStream_t stream) {
   write_ = mode != nullptr && std::strcmp(mode, "write") == 0;
   buffer_ = DeviceBuffer(std::max<std::size_t>(2 * dev->l2_bytes, std::size_t{1} << 20) / 16 * 16);
   sink_ = DeviceBuffer(sizeof(uint32_t));
+  ctas_ = 4 * std::max(dev->num_sms, 1);
   buffer_.memset_async(0x5a, stream);
 }
 
@@ -29,7 +30,7 @@ void ColdL2::flush(cudaStream_t stream) {
   if (write_)
     buffer_.memset_async(++calls_ & 0xff, stream);  // a changing byte, so no layer can treat it as a no-op
   else
-    launch_l2_read_flush(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), stream);
+    launch_l2_read_flush(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), ctas_, stream);
 }
 
 }  // namespace attn
