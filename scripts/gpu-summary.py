@@ -4,7 +4,8 @@
 Usage: gpu-summary.py BENCH.csv [PEERS.csv] [MICRO.json]
 BENCH.csv is attn-bench's results CSV with a leading `case` column (decode, prefill, mixed,
 cascade_on, cascade_off) added by gpu-check. The peer figure of a case is the best torch
-result for the same shape: GB/s for decode-like cases, TFLOP/s for prefill.
+result for the same shape: GB/s for decode-like cases, TFLOP/s for prefill. "read floor" is the
+row's pct_read_floor: a bare streaming read of its bytes as a share of its time.
 """
 import csv
 import json
@@ -57,7 +58,8 @@ def main():
                 peers = list(csv.DictReader(f))
         except OSError:
             pass
-    out = [("backend", "case", "status", "median us", "TFLOP/s", "GB/s", "FA2 peer", "x FA2", "cuDNN peer", "x cuDNN")]
+    out = [("backend", "case", "status", "median us", "TFLOP/s", "GB/s", "read floor", "FA2 peer", "x FA2", "cuDNN peer",
+            "x cuDNN")]
     for r in rows:
         med, tfl = num(r.get("median_time_us")), num(r.get("tflops"))
         tbs = num(r.get("tb_per_sec"))
@@ -68,22 +70,23 @@ def main():
             mine = gbs if metric == "gbps" else tfl
             cells.append(f"{pv:.0f}" if pv else "-")
             cells.append(f"{mine / pv:.2f}" if pv and mine else "-")
+        floor = num(r.get("pct_read_floor"))  # the bare read of the row's bytes / the row's time
         out.append((r.get("backend", "?"), r.get("case", "?"), r.get("status", "?"),
                     f"{med:.1f}" if med else "-", f"{tfl:.1f}" if tfl else "-", f"{gbs:.0f}" if gbs else "-",
-                    *cells))
+                    f"{floor:.0f}%" if floor is not None and floor > 0 else "-", *cells))
     if len(sys.argv) > 3:
         try:
             with open(sys.argv[3]) as f:
                 micro = json.load(f)
             for bm in micro.get("benchmarks", []):
                 if bm.get("error_occurred"):
-                    out.append(("micro", bm["name"], "skipped", "-", "-", "-",
+                    out.append(("micro", bm["name"], "skipped", "-", "-", "-", "-",
                                 bm.get("error_message", "")[:40], "-", "-", "-"))
                     continue
                 t = bm.get("real_time", 0) * {"ns": 1e-3, "us": 1, "ms": 1e3}.get(bm.get("time_unit", "us"), 1)
                 tf = bm.get("TFLOP/s")
                 out.append(("micro", bm["name"], "ok", f"{t:.1f}", f"{tf:.1f}" if tf else "-",
-                            f"{bm.get('GB/s', 0):.0f}", "-", "-", "-", "-"))
+                            f"{bm.get('GB/s', 0):.0f}", "-", "-", "-", "-", "-"))
         except (OSError, ValueError):
             pass
     print_table(out)

@@ -26,6 +26,7 @@ struct RunArgs {
   std::optional<int> iterations, warmup;
   std::optional<int64_t> check_sample;
   bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, quiet = false;
+  bool no_read_floor = false;
   bool strict = false;
   std::string cascade;
   bool validate_only = false;
@@ -72,6 +73,7 @@ int run_verb(const RunArgs& a) {
   if (a.cold_l2) opts.cold_l2 = true;
   if (a.no_cold_l2) opts.cold_l2 = false;
   if (a.cuda_graph) opts.cuda_graph = true;
+  opts.read_floor = !a.no_read_floor;
   if (a.cascade == "on") opts.cascade = CascadeMode::on;
   if (a.cascade == "off") opts.cascade = CascadeMode::off;
   if (a.cascade == "auto") opts.cascade = CascadeMode::auto_;
@@ -167,6 +169,8 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");
   run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)");
   run->add_flag("--cuda-graph", ra->cuda_graph, "Time CUDA-graph replays of run()");
+  run->add_flag("--no-read-floor", ra->no_read_floor,
+                "Skip the read floor (a bare streaming read of each GPU row's bytes, timed from the same cold L2)");
   run->add_option("--junit", ra->junit, "Also write a JUnit XML report");
   run->callback([&c, ra] { c.selected = [ra] { return run_verb(*ra); }; });
 

@@ -12,6 +12,7 @@
 #include "metadata/common.hpp"
 #include "model/batch.hpp"
 #include "reference/reference.hpp"
+#include "timing/read_floor.hpp"
 #include "timing/timing.hpp"
 #include "validate/naive.hpp"
 #include "validate/validate.hpp"
@@ -383,6 +384,15 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
             if (inst->on_device() && opts.peak_bandwidth_gbs > 0)
               row.pct_peak_bw = 100.0 * row.tb_per_sec * 1e3 / opts.peak_bandwidth_gbs;
             if (inst->on_device() && opts.peak_tflops > 0) row.pct_peak_flops = 100.0 * row.tflops / opts.peak_tflops;
+            // The floor is timed from a cold L2 only: a warm-L2 row would be compared with a
+            // different state.
+            if (inst->on_device() && t.cold_l2 && opts.read_floor && row.bytes > 0) {
+              const ReadFloor f = measure_read_floor(row.bytes);
+              if (f.us > 0) {
+                row.read_floor_us = f.us;
+                row.pct_read_floor = 100.0 * f.us / t.median_us;
+              }
+            }
           }
         }
         outputs.emplace_back(be->name(), std::move(out));

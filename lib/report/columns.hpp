@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 67> kResultColumns{{
+inline constexpr std::array<ResultColumn, 69> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -90,6 +90,8 @@ inline constexpr std::array<ResultColumn, 67> kResultColumns{{
     {"tb_per_sec", &ResultRow::tb_per_sec},
     {"pct_peak_bw", &ResultRow::pct_peak_bw},
     {"pct_peak_flops", &ResultRow::pct_peak_flops},
+    {"read_floor_us", &ResultRow::read_floor_us},
+    {"pct_read_floor", &ResultRow::pct_read_floor},
     // provenance
     {"device", &ResultRow::device},
     {"build", &ResultRow::build},

@@ -51,6 +51,9 @@ struct ResultRow {
   bool cold_l2 = false;
   double flops = 0, bytes = 0, tflops = 0, tb_per_sec = 0;
   double pct_peak_bw = -1, pct_peak_flops = -1;  // -1: ceiling unknown
+  // A bare streaming read of `bytes` on the device from the same cold L2 (timing/read_floor.hpp),
+  // and that time as a percentage of median_time_us; -1: not measured.
+  double read_floor_us = -1, pct_read_floor = -1;
   // provenance
   std::string device, build, git_rev, timestamp;
 };

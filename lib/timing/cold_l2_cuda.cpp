@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/common/l2_flush_launch.hpp"
+#include "kernels/common/stream_read_launch.hpp"
 #include "timing/device_query.hpp"
 
 namespace attn {
@@ -30,7 +30,7 @@ void ColdL2::flush(cudaStream_t stream) {
   if (write_)
     buffer_.memset_async(++calls_ & 0xff, stream);  // a changing byte, so no layer can treat it as a no-op
   else
-    launch_l2_read_flush(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), ctas_, stream);
+    launch_stream_read(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), ctas_, stream);
 }
 
 }  // namespace attn

@@ -15,7 +15,9 @@
 #include "kernels/cache/cache_launch.hpp"
 #include "model/batch.hpp"
 #include "model/kv_cache.hpp"
+#include "pipeline/pipeline.hpp"
 #include "timing/ceilings.hpp"
+#include "timing/read_floor.hpp"
 #include "timing/timing.hpp"
 
 namespace attn {
@@ -432,6 +434,49 @@ TEST(DeviceCeilingsTest, MeasuredCeilingsAreSane) {
   EXPECT_LT(c.copy_gbps, 20000.0);
   EXPECT_GT(c.bf16_tflops, 10.0);
   EXPECT_LT(c.bf16_tflops, 5000.0);
+}
+
+// The read floor: measured, cached per byte count, and growing with the bytes (4 x 256 MiB
+// against 64 MiB: far beyond any run-to-run spread). Against the copy ceiling it is only printed.
+TEST(DeviceCeilingsTest, ReadFloorOfABareStreamingRead) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const double small = 64.0 * (1 << 20), large = 256.0 * (1 << 20);
+  const ReadFloor a = measure_read_floor(small);
+  const ReadFloor b = measure_read_floor(large);
+  ASSERT_GT(a.us, 0.0) << a.why;
+  ASSERT_GT(b.us, 0.0) << b.why;
+  EXPECT_GT(b.us, 2.0 * a.us);
+  EXPECT_EQ(measure_read_floor(large).us, b.us) << "a second call reuses the first measurement";
+  EXPECT_LT(measure_read_floor(8.0).us, 0.0) << "fewer than 16 bytes: nothing to time";
+  std::printf("read floor: 64 MiB %.1f us (%.0f GB/s), 256 MiB %.1f us (%.0f GB/s)\n", a.us, small / a.us / 1e3, b.us,
+              large / b.us / 1e3);
+}
+
+// A timed GPU row of the pipeline carries its read floor; --no-read-floor and warm-L2 rows do not.
+TEST(DeviceCeilingsTest, PipelineRowsCarryTheirReadFloor) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Scenario sc = scenario_from_cli("llama3-8b", "16x1@2048", 5);
+  const auto registry = make_registry();
+  PipelineOptions o;
+  o.backends = {"flash_attn"};
+  o.iterations = 5;
+  o.warmup = 1;
+  o.check_sample = 4;
+  o.batch_invariance = false;
+  const PipelineResult cold = run_scenario(sc, registry, o);
+  ASSERT_EQ(cold.rows.size(), 1u);
+  const ResultRow& r = cold.rows[0];
+  ASSERT_EQ(r.status, "pass") << r.reason;
+  EXPECT_GT(r.read_floor_us, 0.0);
+  EXPECT_NEAR(r.pct_read_floor, 100.0 * r.read_floor_us / r.median_time_us, 1e-9);
+  EXPECT_EQ(r.read_floor_us, measure_read_floor(r.bytes).us) << "the floor of the row's own bytes";
+  std::printf("16 x 2k decode: %.1f us, read floor %.1f us (%.1f %%)\n", r.median_time_us, r.read_floor_us,
+              r.pct_read_floor);
+  o.read_floor = false;
+  EXPECT_LT(run_scenario(sc, registry, o).rows.at(0).read_floor_us, 0.0);
+  o.read_floor = true;
+  o.cold_l2 = false;
+  EXPECT_LT(run_scenario(sc, registry, o).rows.at(0).pct_read_floor, 0.0);
 }
 
 // ---- timing harness --------------------------------------------------------------------------

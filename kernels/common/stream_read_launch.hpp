@@ -1,6 +1,8 @@
 #pragma once
-// The cold-L2 flush of the device timing (ColdL2, lib/timing/cold_l2.hpp). Plain C++: includable from
-// host .cpp files; pointers are device memory.
+// A bare streaming read of a device buffer. Two users: the cold-L2 flush of the device timing
+// (ColdL2, lib/timing/cold_l2.hpp) and the read floor of memory-bound rows
+// (lib/timing/read_floor.hpp). Plain C++: includable from host .cpp files; pointers are device
+// memory.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -13,7 +15,7 @@ namespace attn {
 // leaves every L2 line clean and holding `buf`: none of the next kernel's inputs stay cached, and
 // none of the previous writes (the flush of a memset, the last run's outputs) are left dirty for
 // the next kernel to write back to DRAM inside its own timing.
-// `ctas`: the grid (a few per SM keep the device's loads in flight).
-void launch_l2_read_flush(const void* buf, std::size_t bytes, uint32_t* sink, int ctas, cudaStream_t stream);
+// `ctas`: the grid of 256-thread CTAs (a few per SM keep the device's loads in flight).
+void launch_stream_read(const void* buf, std::size_t bytes, uint32_t* sink, int ctas, cudaStream_t stream);
 
 }  // namespace attn
