@@ -16,7 +16,8 @@ struct ReadFloor {
 // Median of the fastest of a few grids (2, 4, 8 CTAs of 256 threads per SM), 15 samples each,
 // reading `bytes` (rounded up to 16) of a scratch buffer allocated for the call. Results are
 // kept per byte count for the process (rows of several backends share one). CPU builds, no
-// device, or no memory for the buffer: us = -1 and the reason.
+// device, more bytes than half of the free device memory, or no memory for the buffer: us = -1
+// and the reason.
 ReadFloor measure_read_floor(double bytes);
 
 }  // namespace attn

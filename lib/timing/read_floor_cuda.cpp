@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/device.hpp"
@@ -33,6 +34,10 @@ ReadFloor measure(std::size_t bytes) {
   std::string why;
   const std::optional<DeviceInfo> dev = query_device(&why);
   if (!dev) return {-1, why};
+  // The row's instance still holds its cache; a floor buffer must not crowd it (a cascade row
+  // counts the shared prefix once per request: its logical bytes can exceed the device).
+  if (bytes > dev->free_memory_bytes / 2)
+    return {-1, "the row's " + std::to_string(bytes >> 20) + " MiB exceed half of the free device memory"};
   try {
     Stream stream;
     DeviceBuffer buf(bytes), sink(sizeof(uint32_t));

@@ -448,6 +448,9 @@ TEST(DeviceCeilingsTest, ReadFloorOfABareStreamingRead) {
   EXPECT_GT(b.us, 2.0 * a.us);
   EXPECT_EQ(measure_read_floor(large).us, b.us) << "a second call reuses the first measurement";
   EXPECT_LT(measure_read_floor(8.0).us, 0.0) << "fewer than 16 bytes: nothing to time";
+  const ReadFloor huge = measure_read_floor(1e15);  // a cascade row's logical bytes can exceed the device
+  EXPECT_LT(huge.us, 0.0);
+  EXPECT_NE(huge.why.find("free device memory"), std::string::npos) << huge.why;
   std::printf("read floor: 64 MiB %.1f us (%.0f GB/s), 256 MiB %.1f us (%.0f GB/s)\n", a.us, small / a.us / 1e3, b.us,
               large / b.us / 1e3);
 }
