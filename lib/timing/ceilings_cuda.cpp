@@ -5,7 +5,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "core/device.hpp"
@@ -30,31 +29,6 @@ struct CublasHandle {
   CublasHandle(const CublasHandle&) = delete;
   CublasHandle& operator=(const CublasHandle&) = delete;
 };
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Median microseconds of `samples` event-timed calls of f() after `warmup` untimed ones, L2
-// flushed before each.
-template <class F>
-double time_median_us(cudaStream_t s, ColdL2& cold, int warmup, int samples, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  ATTN_CUDA_CHECK(cudaStreamSynchronize(s));
-  Event start, stop;
-  std::vector<double> us;
-  for (int i = 0; i < samples; ++i) {
-    cold.flush(s);
-    start.record(s);
-    f();
-    stop.record(s);
-    stop.synchronize();
-    us.push_back(1000.0 * stop.elapsed_ms_since(start));
-  }
-  return median_of(std::move(us));
-}
 
 // n uniform [-1, 1) bf16 values from the counter generator (a random-looking bit pattern).
 std::vector<uint16_t> random_bf16(std::size_t n, uint32_t tensor_id) {
@@ -85,7 +59,7 @@ DeviceCeilings measure_device_ceilings() {
     DeviceBuffer src(c.copy_bytes), dst(c.copy_bytes);
     src.memset_async(0x5a, stream);
     dst.memset_async(0, stream);
-    c.copy_us = time_median_us(stream, cold, 3, 20, [&] {
+    c.copy_us = time_cold_median_us(stream, cold, 3, 20, [&] {
       ATTN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), c.copy_bytes, cudaMemcpyDeviceToDevice, stream));
     });
     c.copy_gbps = 2.0 * static_cast<double>(c.copy_bytes) / (c.copy_us * 1e-6) / 1e9;
@@ -107,7 +81,7 @@ DeviceCeilings measure_device_ceilings() {
     CublasHandle h;
     check_cublas(cublasSetStream(h.h, stream), "cublasSetStream");
     const float alpha = 1.0f, beta = 0.0f;
-    c.gemm_us = time_median_us(stream, cold, 3, 10, [&] {
+    c.gemm_us = time_cold_median_us(stream, cold, 3, 10, [&] {
       check_cublas(cublasGemmEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
                                 CUDA_R_16BF, n, &beta, out.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT),

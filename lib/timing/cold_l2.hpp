@@ -8,6 +8,8 @@
 // with figures taken that way. CUDA builds only (cold_l2_cuda.cpp).
 #include <cuda_runtime_api.h>
 
+#include <functional>
+
 #include "core/device.hpp"
 
 namespace attn {
@@ -24,5 +26,10 @@ class ColdL2 {
   int ctas_ = 0;  // flush grid: 4 CTAs per SM
   int calls_ = 0;
 };
+
+// Median microseconds of `samples` event-timed calls of f() on `stream`, each from a flushed L2
+// (the flush outside the events), after `warmup` untimed calls: the device ceilings and the read
+// floor (backend runs go through time_device_instance, which also keeps min, max and stdev).
+double time_cold_median_us(cudaStream_t stream, ColdL2& cold, int warmup, int samples, const std::function<void()>& f);
 
 }  // namespace attn

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "kernels/common/stream_read_launch.hpp"
 #include "timing/device_query.hpp"
+#include "timing/timing.hpp"
 
 namespace attn {
 
@@ -31,6 +33,22 @@ void ColdL2::flush(cudaStream_t stream) {
     buffer_.memset_async(++calls_ & 0xff, stream);  // a changing byte, so no layer can treat it as a no-op
   else
     launch_stream_read(buffer_.data(), buffer_.bytes(), sink_.as<uint32_t>(), ctas_, stream);
+}
+
+double time_cold_median_us(cudaStream_t stream, ColdL2& cold, int warmup, int samples, const std::function<void()>& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  Event start, stop;
+  std::vector<double> us;
+  for (int i = 0; i < samples; ++i) {
+    cold.flush(stream);
+    start.record(stream);
+    f();
+    stop.record(stream);
+    stop.synchronize();
+    us.push_back(1000.0 * static_cast<double>(stop.elapsed_ms_since(start)));
+  }
+  return summarize_samples(std::move(us)).median_us;
 }
 
 }  // namespace attn

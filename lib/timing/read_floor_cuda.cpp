@@ -10,7 +10,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "core/device.hpp"
 #include "kernels/common/stream_read_launch.hpp"
@@ -23,12 +22,6 @@ namespace {
 
 constexpr int kSamples = 15;
 constexpr int kWarmup = 2;
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 ReadFloor measure(std::size_t bytes) {
   std::string why;
@@ -43,21 +36,12 @@ ReadFloor measure(std::size_t bytes) {
     DeviceBuffer buf(bytes), sink(sizeof(uint32_t));
     buf.memset_async(0x5a, stream);  // first touch outside the samples
     ColdL2 cold(stream);
-    Event start, stop;
     double best = -1;
     for (const int per_sm : {2, 4, 8}) {
       const int ctas = per_sm * std::max(dev->num_sms, 1);
-      for (int i = 0; i < kWarmup; ++i) launch_stream_read(buf.data(), bytes, sink.as<uint32_t>(), ctas, stream);
-      std::vector<double> us;
-      for (int i = 0; i < kSamples; ++i) {
-        cold.flush(stream);
-        start.record(stream);
+      const double m = time_cold_median_us(stream, cold, kWarmup, kSamples, [&] {
         launch_stream_read(buf.data(), bytes, sink.as<uint32_t>(), ctas, stream);
-        stop.record(stream);
-        stop.synchronize();
-        us.push_back(1000.0 * static_cast<double>(stop.elapsed_ms_since(start)));
-      }
-      const double m = median_of(std::move(us));
+      });
       if (best < 0 || m < best) best = m;
     }
     return {best, {}};

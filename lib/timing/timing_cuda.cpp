@@ -8,9 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <vector>
-
 #include <optional>
+#include <vector>
 
 #include "core/device.hpp"
 #include "timing/cold_l2.hpp"
@@ -18,12 +17,6 @@
 
 namespace attn {
 namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
 
 // Owners of the captured graph and its executable instance (destructors never throw).
 struct GraphGuard {
@@ -104,7 +97,7 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
   }
 
   Timing t = summarize_samples(std::move(samples));
-  t.plan_us = median_of(std::move(plan_us));
+  t.plan_us = summarize_samples(std::move(plan_us)).median_us;
   t.method = opts.cuda_graph ? "cuda_graph" : "cuda_events";
   t.cold_l2 = opts.cold_l2;
   return t;
