@@ -215,8 +215,11 @@ class ReferenceRunner {
   void build_q(int req, int h, Eigen::MatrixXd& q) const {
     const RequestShape& rq = b_.requests[req];
     q.resize(rq.query_len, sh_.dqk);
+    // An ignored query scale: the kernel would multiply by the codes' values, q / q_scale.
+    const bool unscaled = perturb_ == Perturbation::fp8_scales_ignored && b_.spec.q_fp8();
+    const double q_mul = unscaled ? 1.0 / b_.spec.q_scale : 1.0;
     for (int i = 0; i < rq.query_len; ++i) {
-      for (int d = 0; d < sh_.dqk; ++d) q(i, d) = b_.q(req, rq.context_len + i, h, d);
+      for (int d = 0; d < sh_.dqk; ++d) q(i, d) = q_mul * b_.q(req, rq.context_len + i, h, d);
     }
   }
 

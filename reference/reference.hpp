@@ -18,7 +18,7 @@ enum class Perturbation {
   softcap_no_tanh,      // cap * (s / cap): the soft cap applied without its tanh
   sinks_dropped,        // the sink logit left out of the denominator
   alibi_dropped,        // the ALiBi bias left out
-  fp8_scales_ignored,   // the fp8 cache read without its k/v scales (as if they were 1)
+  fp8_scales_ignored,   // the fp8 cache (and a quantized query) read without its scales (as if 1)
   gqa_shifted,          // q head h reads kv head (h / group + 1) % num_kv_heads
   cascade_block_dropped,  // the last block of the shared prefix attended by neither pass
 };

@@ -77,7 +77,7 @@ TEST(Batch, ValuesFollowTheGeneratorConventions) {
   }
   ASSERT_EQ(b.sinks.size(), 4u);
   // Sinks sit near the largest scores: centred on 3 x the score std (4/3), spread by one std.
-  EXPECT_FLOAT_EQ(b.q_scale, 4.0f);
+  EXPECT_FLOAT_EQ(b.q_amplitude, 4.0f);
   EXPECT_FLOAT_EQ(b.sink_centre, 4.0f);
   for (int h = 0; h < 4; ++h)
     EXPECT_EQ(b.sinks[h], b.sink_centre + b.sink_spread * gen_value(77, ValueTensor::sink, 0, 0, h, 0));
@@ -289,6 +289,103 @@ TEST(Batch, MlaValuesAndScaleCalcUseTheLatent) {
   EXPECT_NE(b.w_uk(3, 7, 9), b.w_uv(3, 7, 9));
 }
 
+// ---- vLLM's query quantization (q_scale) ---------------------------------------------------------
+
+AttentionSpec fp8_query_spec() {
+  AttentionSpec s = small_spec();
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  return s;
+}
+
+// x through e4m3 with `scale` and back, then to bf16: what q() must hold (the cache's round trip).
+float e4m3_round_trip_bf16(float x, float scale) {
+  return round_to(DType::bf16, static_cast<float>(e4m3_to_float(float_to_e4m3(x / scale)) * scale));
+}
+
+TEST(Batch, QueryQuantizationIsOffByDefault) {
+  AttentionSpec s = fp8_query_spec();
+  s.k_scale_calc = s.v_scale_calc = true;
+  const Batch b = make_batch(s, mixed_shape(), 21);
+  EXPECT_FALSE(b.spec.q_fp8());
+  EXPECT_EQ(b.spec.q_scale, 0.0f);
+  for (int d = 0; d < 16; ++d) {
+    EXPECT_EQ(bits(b.q(4, 150, 2, d)), bits(b.q_input(4, 150, 2, d)));
+    EXPECT_EQ(b.q(2, 70, 3, d), round_to(DType::bf16, 4.0f * gen_value(21, ValueTensor::q, 2, 70, 3, d)));
+  }
+}
+
+TEST(Batch, QuantizedQueriesSitOnTheE4m3GridTimesTheScale) {
+  AttentionSpec s = fp8_query_spec();
+  s.q_scale = 0x1p-6f;  // a power of two: the dequantized codes are bf16 values, q / q_scale exactly a code
+  const Batch b = make_batch(s, mixed_shape(), 22);
+  ASSERT_TRUE(b.spec.q_fp8());
+  int64_t elements = 0, moved = 0;
+  for (int r = 0; r < b.num_reqs(); ++r)
+    for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos)
+      for (int h = 0; h < 4; ++h)
+        for (int d = 0; d < 16; ++d) {
+          const float x = b.q_input(r, pos, h, d), q = b.q(r, pos, h, d);
+          ASSERT_EQ(bits(q), bits(e4m3_round_trip_bf16(x, s.q_scale))) << r << " " << pos << " " << h << " " << d;
+          const float code = q / s.q_scale;
+          ASSERT_EQ(static_cast<float>(e4m3_to_float(float_to_e4m3(code))), code);
+          ++elements;
+          moved += q != x;
+        }
+  EXPECT_GT(moved, elements / 2);  // 3 mantissa bits against bf16's 7: most queries move
+
+  // Any scale: the round trip, then the model dtype.
+  s.q_scale = 0.0123f;
+  const Batch c = make_batch(s, mixed_shape(), 22);
+  for (int d = 0; d < 16; ++d)
+    EXPECT_EQ(bits(c.q(4, 150, 2, d)), bits(e4m3_round_trip_bf16(c.q_input(4, 150, 2, d), 0.0123f)));
+}
+
+TEST(Batch, QuantizedQueriesSaturateLikeTheCache) {
+  AttentionSpec s = fp8_query_spec();
+  s.q_scale = 0x1p-8f;  // queries up to 4 would be codes up to 1024: clipped to +-448
+  const Batch b = make_batch(s, mixed_shape(), 23);
+  const float top = 448.0f * s.q_scale;
+  int clipped = 0;
+  for (int pos = 129; pos < 199; ++pos)
+    for (int d = 0; d < 16; ++d) {
+      const float q = b.q(4, pos, 1, d);
+      EXPECT_LE(std::fabs(q), top);
+      if (std::fabs(b.q_input(4, pos, 1, d)) > top) {
+        EXPECT_EQ(std::fabs(q), top);
+        EXPECT_EQ(q > 0, b.q_input(4, pos, 1, d) > 0);
+        ++clipped;
+      }
+    }
+  EXPECT_GT(clipped, 100);
+}
+
+TEST(Batch, QueryScaleCalcUsesTheLargestQueryBeforeQuantization) {
+  AttentionSpec s = fp8_query_spec();
+  s.dtype = DType::f32;  // bf16 queries would round the largest |q| to a short value
+  s.q_scale_calc = true;
+  const Batch b = make_batch(s, mixed_shape(), 24);
+  float qmax = 0;
+  for (int r = 0; r < b.num_reqs(); ++r)
+    for (int pos = b.requests[r].context_len; pos < b.requests[r].seq_len(); ++pos)
+      for (int h = 0; h < 4; ++h)
+        for (int d = 0; d < 16; ++d) qmax = std::max(qmax, std::fabs(b.q_input(r, pos, h, d)));
+  EXPECT_GT(qmax, 3.9f);
+  EXPECT_EQ(b.spec.q_scale, qmax / 448.0f);
+  EXPECT_FALSE(b.spec.q_scale_calc);
+  EXPECT_TRUE(b.spec.q_fp8());
+  const float x = b.q_input(4, 150, 2, 5);
+  EXPECT_EQ(b.q(4, 150, 2, 5),
+            static_cast<float>(e4m3_to_float(float_to_e4m3(x / b.spec.q_scale)) * b.spec.q_scale));
+  // The k/v scales are left alone (1 unless given).
+  EXPECT_EQ(b.spec.k_scale, 1.0f);
+  EXPECT_EQ(b.spec.v_scale, 1.0f);
+
+  // All-zero queries: scale 1, as for the cache.
+  BatchShape zero = mixed_shape();
+  zero.data.logit_std = 0.0;
+  EXPECT_EQ(make_batch(s, zero, 24).spec.q_scale, 1.0f);
+}
+
 // ---- count_work -------------------------------------------------------------------------------
 
 struct Brute {
@@ -387,13 +484,13 @@ TEST(BatchData, RegimeFollowsFeaturesAndKeys) {
   s.sinks = true;
   BatchShape shape = mixed_shape();
   Batch b = make_batch(s, shape, 5);
-  EXPECT_FLOAT_EQ(b.q_scale, 3.0f * 2.0f);   // soft cap 50: score std 50 / 25
+  EXPECT_FLOAT_EQ(b.q_amplitude, 3.0f * 2.0f);   // soft cap 50: score std 50 / 25
   EXPECT_FLOAT_EQ(b.sink_centre, 3.0f * 2.0f);
   EXPECT_FLOAT_EQ(b.sink_spread, 2.0f);
   shape.data.logit_std = 10.0;
   shape.data.sink_logit = -1.0;
   b = make_batch(s, shape, 5);
-  EXPECT_FLOAT_EQ(b.q_scale, 30.0f);
+  EXPECT_FLOAT_EQ(b.q_amplitude, 30.0f);
   EXPECT_FLOAT_EQ(b.sink_centre, -1.0f);
   for (int h = 0; h < s.num_q_heads; ++h) EXPECT_NEAR(b.sinks[h], -1.0f, 10.0f);
   EXPECT_EQ(b.q(0, b.requests[0].context_len, 0, 0),

@@ -288,6 +288,21 @@ TEST(Reference, Fp8CachesWithNonUnitScales) {
   }
 }
 
+TEST(Reference, Fp8QuantizedQuery) {
+  // vLLM's query quantization: the reference attends with the round-tripped query, as every
+  // backend does, and that differs from the unquantized one.
+  AttentionSpec s = mha(4, 2, 16, 8);
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  s.k_scale = 0.37f;
+  s.q_scale = 0.03f;
+  const std::vector<RequestShape> reqs = random_requests(19, 3, 0, 20, 8);
+  const Batch b = batch_of(s, reqs, 19);
+  expect_matches_brute(b);
+  AttentionSpec plain = s;
+  plain.q_scale = 0.0f;
+  EXPECT_GT(max_diff(compute_reference(b).o, compute_reference(batch_of(plain, reqs, 19)).o), 1e-4);
+}
+
 TEST(Reference, MlaDecodeAndPrefill) {
   // Decodes (query_len 1) and prefills share one definition: MHA over up-projected K/V.
   expect_matches_brute(batch_of(mla(3), {{17, 1}, {0, 7}, {9, 6}, {30, 1}}, 15));
@@ -553,6 +568,26 @@ TEST(ReferencePerturbation, Fp8ScalesIgnoredDividesValuesByTheirScale) {
   const Batch b = batch_of(s, {{6, 2}}, 36);
   const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::fp8_scales_ignored);
   for (size_t i = 0; i < ref.o.size(); ++i) EXPECT_NEAR(bug.o[i], ref.o[i] / 4.0, 1e-12);
+}
+
+TEST(ReferencePerturbation, Fp8ScalesIgnoredAlsoDropsTheQueryScale) {
+  // A quantized query (q_scale 0.5) read without its descale is the codes q / q_scale = 2q: every
+  // score doubles, as under a doubled softmax scale (the cache's scales are 1 here).
+  AttentionSpec s = mha(2, 1, 16, 8);
+  s.kv_cache_dtype = DType::fp8_e4m3;
+  s.q_scale = 0.5f;
+  const Batch b = batch_of(s, {{6, 2}}, 41);
+  const ReferenceResult ref = compute_reference(b), bug = perturbed(b, Perturbation::fp8_scales_ignored);
+  EXPECT_GT(max_diff(ref.o, bug.o), 1e-3);
+  AttentionSpec doubled = s;
+  doubled.scale = 2.0f * b.spec.scale;
+  const ReferenceResult want = compute_reference(batch_of(doubled, {{6, 2}}, 41));
+  EXPECT_LE(max_diff(bug.o, want.o), 1e-12);
+  EXPECT_LE(max_diff(bug.lse, want.lse), 1e-12);
+  // q_scale 1: the codes are the values, so forgetting the scale changes nothing.
+  s.q_scale = 1.0f;
+  const Batch one = batch_of(s, {{6, 2}}, 41);
+  EXPECT_EQ(perturbed(one, Perturbation::fp8_scales_ignored).o, compute_reference(one).o);
 }
 
 TEST(ReferencePerturbation, GqaShiftReadsTheNextKvHead) {

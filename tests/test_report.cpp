@@ -111,6 +111,34 @@ TEST(ReportCsv, HeaderIsTheDocumentedColumnOrder) {
   EXPECT_EQ(names.front(), "scenario");
   EXPECT_NE(std::find(names.begin(), names.end(), "median_time_us"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "tb_per_sec"), names.end());
+  // The fp8 scales side by side: k, v, then the query's.
+  const auto k = std::find(names.begin(), names.end(), "k_scale");
+  ASSERT_NE(k, names.end());
+  ASSERT_LT(k + 2, names.end());
+  EXPECT_EQ(*(k + 1), "v_scale");
+  EXPECT_EQ(*(k + 2), "q_scale");
+}
+
+TEST(ReportCsv, QueryScaleRoundTripsAndDefaultsToOff) {
+  TempDir dir;
+  ResultRow r;
+  r.scenario = "fp8_query_prefill";
+  r.backend = "cpu";
+  r.kv_cache_dtype = "fp8_e4m3";
+  r.k_scale = 0.125;
+  r.q_scale = 4.0 / 448.0;
+  write_csv(dir.file("q.csv"), {r});
+  const std::vector<ResultRow> back = read_csv(dir.file("q.csv"));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].q_scale, 4.0 / 448.0);
+  EXPECT_EQ(back[0].k_scale, 0.125);
+  EXPECT_EQ(ResultRow{}.q_scale, 0.0);
+  // A file from before the column: the query was not quantized.
+  spit(dir.file("old.csv"), "scenario,backend,status,k_scale,v_scale\nfp8_kv,cpu,pass,0.5,2\n");
+  const std::vector<ResultRow> old = read_csv(dir.file("old.csv"));
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].q_scale, 0.0);
+  EXPECT_EQ(old[0].v_scale, 2.0);
 }
 
 TEST(ReportCsv, RoundTripIsExact) {
@@ -234,6 +262,7 @@ TEST(ReportJson, SchemaEscapingAndNonFinite) {
   EXPECT_NE(j.find("\"causal\": true"), std::string::npos);
   EXPECT_NE(j.find("\"alibi\": false"), std::string::npos);
   EXPECT_NE(j.find("\"num_tokens\": 1099511627776"), std::string::npos);
+  EXPECT_NE(j.find("\"v_scale\": 1, \"q_scale\": 0,"), std::string::npos) << j;
   // No raw control character survives.
   for (char ch : j) EXPECT_TRUE(ch == '\n' || static_cast<unsigned char>(ch) >= 0x20);
   // Two rows, one per line, separated by a comma.

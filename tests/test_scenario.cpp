@@ -332,6 +332,32 @@ causal = true
   EXPECT_TRUE(s.spec.causal());
 }
 
+TEST(ScenarioParse, QueryScaleNumberCalcOrAbsent) {
+  const std::string fp8 = "[model]\npreset = \"llama3-8b\"\nkv_cache_dtype = \"fp8_e4m3\"\n";
+  const Scenario off = parse_scenario(fp8 + kOneDecode, "q.toml");
+  EXPECT_EQ(off.spec.q_scale, 0.0f);  // absent: queries not quantized
+  EXPECT_FALSE(off.spec.q_scale_calc);
+  EXPECT_FALSE(off.spec.q_fp8());
+
+  const Scenario num = parse_scenario(fp8 + "q_scale = 0.02\n" + kOneDecode, "q.toml");
+  EXPECT_EQ(num.spec.q_scale, 0.02f);
+  EXPECT_FALSE(num.spec.q_scale_calc);
+  EXPECT_TRUE(num.spec.q_fp8());
+  EXPECT_EQ(parse_scenario(fp8 + "q_scale = 2\n" + kOneDecode, "q.toml").spec.q_scale, 2.0f);
+
+  // "calc" is resolved over the batch by make_batch; the k/v scales keep their own settings.
+  const Scenario calc = parse_scenario(fp8 + "k_scale = 0.125\nq_scale = \"calc\"\n" + kOneDecode, "q.toml");
+  EXPECT_TRUE(calc.spec.q_scale_calc);
+  EXPECT_FALSE(calc.spec.k_scale_calc);
+  EXPECT_EQ(calc.spec.k_scale, 0.125f);
+
+  // No preset quantizes the query.
+  for (const ModelPreset& p : model_presets()) {
+    EXPECT_EQ(p.spec.q_scale, 0.0f) << p.name;
+    EXPECT_FALSE(p.spec.q_scale_calc) << p.name;
+  }
+}
+
 TEST(ScenarioParse, RandomAndTraceSources) {
   const Scenario r = parse_scenario(R"([model]
 preset = "llama3-8b"
@@ -482,6 +508,34 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
       {"k_scale bad word",
        llama + "k_scale = \"calcc\"\n" + kOneDecode,
        {"bad.toml:3:", "model.k_scale = \"calcc\"", "\"calc\""}},
+      {"q_scale over an fp8_e5m2 cache",
+       llama + "kv_cache_dtype = \"fp8_e5m2\"\nq_scale = 0.5\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = 0.5", "needs kv_cache_dtype = \"fp8_e4m3\"", "(the cache is fp8_e5m2)",
+        "vLLM quantizes the query only over an fp8_e4m3 cache"}},
+      {"q_scale over a model-dtype cache",
+       llama + "q_scale = \"calc\"\n" + kOneDecode,
+       {"bad.toml:3:", "model.q_scale = \"calc\"", "(the cache is bf16)", "only over an fp8_e4m3 cache"}},
+      {"q_scale with MLA",
+       "[model]\npreset = \"deepseek-v3-tp8\"\nkv_cache_dtype = \"fp8_e4m3\"\nq_scale = 1\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = 1", "[model.mla]", "MHA/GQA"}},
+      {"q_scale zero",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scale = 0\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = 0", "> 0", "the query is quantized to q / scale"}},
+      {"q_scale negative",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scale = -0.5\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = -0.5", "> 0"}},
+      {"q_scale nan",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scale = nan\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = nan", "finite"}},
+      {"q_scale wrong type",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scale = true\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = true", "expected a number"}},
+      {"q_scale bad word",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scale = \"auto\"\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scale = \"auto\"", "expected a number or \"calc\"", "the batch's queries"}},
+      {"q_scale near miss",
+       llama + "kv_cache_dtype = \"fp8_e4m3\"\nq_scal = 0.5\n" + kOneDecode,
+       {"bad.toml:4:", "model.q_scal = 0.5", "unknown key", "did you mean \"q_scale\"?"}},
       {"negative window",
        llama + "sliding_window = -1\n" + kOneDecode,
        {"bad.toml:3:", "model.sliding_window = -1", ">= 0"}},
@@ -778,7 +832,8 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "quickstart", "decode_heavy",           "mixed_chunked_prefill", "long_context_decode", "cascade_shared_prefix",
       "gqa7_qwen2", "sliding_window_mistral", "softcap_window_gemma2", "sinks_gptoss",        "local_attention_llama4",
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
-      "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages"};
+      "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
+      "fp8_query_prefill"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -841,6 +896,21 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   EXPECT_EQ(f.spec.kv_cache_dtype, DType::fp8_e4m3);
   EXPECT_TRUE(f.spec.k_scale_calc != f.spec.v_scale_calc);
   EXPECT_NE(f.spec.k_scale_calc ? f.spec.v_scale : f.spec.k_scale, 1.0f);
+
+  // fp8 query: e4m3 cache, quantized queries ("calc"), prefill chunks only (FLASH_ATTN's prefill
+  // tiling), a fresh prefill and sequences ending inside a page.
+  const Scenario fq = load("fp8_query_prefill");
+  EXPECT_EQ(fq.spec.kv_cache_dtype, DType::fp8_e4m3);
+  EXPECT_TRUE(fq.spec.q_scale_calc);
+  EXPECT_FALSE(fq.spec.use_mla);
+  EXPECT_NE(fq.spec.k_scale, 1.0f);
+  const BatchShape fqb = shape(fq);
+  EXPECT_TRUE(std::all_of(fqb.requests.begin(), fqb.requests.end(),
+                          [](const RequestShape& r) { return r.query_len > 1; }));
+  EXPECT_TRUE(std::any_of(fqb.requests.begin(), fqb.requests.end(),
+                          [](const RequestShape& r) { return r.context_len == 0; }));
+  EXPECT_TRUE(std::any_of(fqb.requests.begin(), fqb.requests.end(),
+                          [&](const RequestShape& r) { return r.seq_len() % fq.spec.block_size != 0; }));
 
   // MLA decode: TP8 rank, block 64, decodes only; MLA prefill: chunks over cached context.
   const Scenario md = load("mla_decode_deepseek");

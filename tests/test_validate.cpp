@@ -197,6 +197,60 @@ TEST_F(ValidateFloorTest, StoredIntermediatesRaiseTheFloorBySqrtOnePlusN) {
   EXPECT_FALSE(validate_output(b, scaled_rounding(2.0), ref, budget).pass);
 }
 
+TEST_F(ValidateFloorTest, CoarseRoundingsAddTheirUnitRoundoffUnderTheRoot) {
+  // An e4m3-sized error on every element (FLASH_ATTN's fp8 path rounds P to e4m3): with the
+  // rounding declared, the floor of the flow is sqrt(1 + (2^-4 / 2^-8)^2) ~ 16 x O's, so it sits
+  // at ~1 x that floor and passes, its cosine (below bf16's 0.9999) implied by the L2 bound.
+  auto e4m3_error = [&](double scale) {
+    AttentionOutput out = output_of(ref);
+    for (size_t i = 0; i < out.o.size(); ++i) {
+      const double r = round_to(DType::fp8_e4m3, static_cast<float>(ref.o[i]));
+      out.o[i] = static_cast<float>(ref.o[i] + scale * (r - ref.o[i]));
+    }
+    return out;
+  };
+  AttentionOutput coarse = e4m3_error(1.0);
+  coarse.coarse_roundings = {DType::fp8_e4m3};
+  const ValidationResult ok = validate_output(b, coarse, ref, budget);
+  EXPECT_TRUE(ok.pass) << ok.failure;
+  EXPECT_LT(ok.cosine, budget.min_cosine);
+  EXPECT_GT(ok.err_over_floor, 0.7);
+  EXPECT_LT(ok.err_over_floor, 1.3);
+  const ValidationResult single = validate_output(b, scaled_rounding(1.0), ref, budget);
+  EXPECT_NEAR(ok.floor_rel_l2, std::sqrt(257.0) * single.floor_rel_l2, 1e-12);
+  // Undeclared, the same error is ~16 x the bf16 floor (and elements exceed their own bound).
+  const ValidationResult undeclared = validate_output(b, e4m3_error(1.0), ref, budget);
+  EXPECT_FALSE(undeclared.pass);
+  EXPECT_GT(undeclared.err_over_floor, 10.0);
+  // Twice the error fails even declared.
+  AttentionOutput twice = e4m3_error(2.0);
+  twice.coarse_roundings = {DType::fp8_e4m3};
+  const ValidationResult bug = validate_output(b, twice, ref, budget);
+  EXPECT_FALSE(bug.pass);
+  EXPECT_NE(bug.failure.find("x floor"), std::string::npos) << bug.failure;
+  // Stored and coarse roundings add up: sqrt(1 + 1 + 256).
+  coarse.stored_roundings = 1;
+  EXPECT_NEAR(validate_output(b, coarse, ref, budget).floor_rel_l2, std::sqrt(258.0) * single.floor_rel_l2, 1e-12);
+}
+
+TEST_F(ValidateFloorTest, CosineOfARaisedFloorIsTheOneItsL2BoundImplies) {
+  // A flow of one rounding (flow 1) keeps the dtype's cosine; a raised floor never tightens it.
+  AttentionOutput coarse = scaled_rounding(1.0);
+  coarse.coarse_roundings = {DType::fp8_e4m3};
+  EXPECT_TRUE(validate_output(b, coarse, ref, budget).pass);
+  // A [check] cosine stays what was asked when the L2 rule is a fixed one.
+  Budget fixed = budget;
+  fixed.max_rel_l2 = 1.0;
+  fixed.min_cosine = 0.99999;
+  AttentionOutput far = output_of(ref);
+  for (size_t i = 0; i < far.o.size(); ++i)
+    far.o[i] = static_cast<float>(ref.o[i] + 16.0 * (round_to(DType::bf16, static_cast<float>(ref.o[i])) - ref.o[i]));
+  far.coarse_roundings = {DType::fp8_e4m3};
+  const ValidationResult v = validate_output(b, far, ref, fixed);
+  EXPECT_FALSE(v.pass);
+  EXPECT_NE(v.failure.find("cosine"), std::string::npos) << v.failure;
+}
+
 TEST_F(ValidateFloorTest, ElementBoundScalesWithTheRow) {
   // An element near zero may be off by a few u times its row's RMS, not by u times itself.
   AttentionOutput out = output_of(ref);

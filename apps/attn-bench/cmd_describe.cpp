@@ -20,6 +20,7 @@ std::string spec_line(const AttentionSpec& s) {
   l += fmt::format(" dtype={} kv_cache={} block={} layout={} scale={:.6g}", to_string(s.dtype),
                    to_string(s.kv_cache_dtype), s.block_size, s.kv_layout == KvLayout::NHD ? "NHD" : "HND", s.scale);
   if (s.kv_fp8()) l += fmt::format(" k_scale={:.6g} v_scale={:.6g}", s.k_scale, s.v_scale);
+  if (s.q_fp8()) l += fmt::format(" q_scale={:.6g} (query in e4m3)", s.q_scale);
   if (!s.causal()) l += " non-causal";
   if (s.sliding_window) l += fmt::format(" window={}", s.sliding_window);
   if (s.logits_soft_cap > 0) l += fmt::format(" soft_cap={:g}", s.logits_soft_cap);

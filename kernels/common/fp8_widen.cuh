@@ -1,8 +1,9 @@
 #pragma once
 // fp8 (e4m3, e5m2) -> fp16/bf16 widening in registers, exact, for every kernel that reads an fp8
-// KV cache.
+// KV cache; and fp32 -> e4m3 narrowing for the operands of fp8 tensor-core products.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -51,6 +52,24 @@ __device__ __forceinline__ uint2 fp8x4_to_16(uint32_t w, bool e5m2) {
     const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[1]));
     return make_uint2(pack2<__nv_bfloat16>(a.x, a.y), pack2<__nv_bfloat16>(b.x, b.y));
   }
+}
+
+// Four fp32 values -> four e4m3 codes, round to nearest, saturating at +-448 (the operands of an fp8
+// tensor-core product: a quantized query, the probabilities P). x0 lands in the lowest byte.
+__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float x0, float x1, float x2, float x3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  // cvt ... d, a, b puts a in the upper byte of d.
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+#else
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+#endif
 }
 
 }  // namespace attn::kern

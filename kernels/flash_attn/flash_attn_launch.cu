@@ -126,6 +126,14 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   return !t.decode && t.no_small_seqs && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
 }
 
+bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ATTN_FA_FP8_MMA");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled && c.q_fp8 && c.kv_dtype == DType::fp8_e4m3 && c.head_size_qk == 128 && flash_attn_uses_sm90(c, t);
+}
+
 int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   if (!flash_attn_unsupported_reason(c).empty()) return 0;
   // The persistent sm_90a kernel keeps the split rule it was measured with.
@@ -154,12 +162,15 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     throw RuntimeError("launch_flash_attn_fwd: CSR block tables and base-2 LSEs need the sm_90a kernel (not selected)");
   if (sm90) {
     const bool fp16 = c.dtype == DType::f16;
+    const bool fp8_mma = flash_attn_uses_fp8_mma(c, t);
+    if (fp8_mma && !(p.q_scale > 0.f))
+      throw RuntimeError("launch_flash_attn_fwd: fp8 tensor cores need the query scale (q_scale > 0)");
 #if !defined(ATTN_QUICK_BUILD)
-    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, stream);
-    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, stream);
+    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, false, stream);
+    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, false, stream);
 #endif
-    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, stream);
-    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, stream);
+    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, fp8_mma, stream);
+    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, false, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

@@ -22,6 +22,7 @@ struct FlashAttnConfig {
   int block_size = 16;
   KvLayout layout = KvLayout::NHD;
   bool use_mla = false;
+  bool q_fp8 = false;  // the queries are quantized to e4m3 (AttentionSpec::q_scale > 0)
 };
 
 // "" when the kernels of this build run `c`; otherwise why not (head size not compiled, dtype,
@@ -54,6 +55,11 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c);
 // Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and the prefill tiling of
 // 128-row tiles without decode-sized sequences.
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
+
+// Whether that launch runs Q K^T and P V on fp8 tensor cores (e4m3 operands, P rounded to e4m3):
+// the sm_90a kernel at head size 128 over an e4m3 cache with quantized queries.
+// ATTN_FA_FP8_MMA=0 keeps the fp8 codes widened to fp16 (A/B timing in one binary).
+bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // CTAs per SM of the kernel that launch_flash_attn_fwd runs for `c` and `t` on the current device
 // (its registers and shared memory decide), for the split rule; 2 for the persistent sm_90a kernel

@@ -60,6 +60,10 @@ struct FlashAttnParams {
   int local_chunk;    // 0 = off, else key >= floor(pos / chunk) * chunk
   int kv_begin;       // keys below this are not attended (cascade suffix: the shared prefix length)
   int kv_fp8_e5m2;    // fp8 caches: 1 = e5m2, 0 = e4m3
+  // > 0: the queries are quantized (vLLM's query quant): q holds e4m3(x / q_scale) * q_scale in the
+  // model dtype, and the sm_90a kernel's fp8 tensor-core path (e4m3 cache, head size 128) takes the
+  // codes back exactly. 0 = not quantized.
+  float q_scale = 0.f;
 };
 
 }  // namespace attn

@@ -22,6 +22,16 @@
 // loop, and the consumers take turns issuing Q K^T (two named barriers), so one consumer's softmax
 // runs under the other's MMAs.
 //
+// fp8 tensor cores (kFp8Mma, head size 128, an e4m3 cache and a quantized query, as vLLM runs
+// FlashAttention-3 when the query arrives in fp8): Q K^T and P V are m64n128k32 e4m3 products at
+// twice the 16-bit rate, on the codes themselves. The consumers quantize Q (e4m3(q / q_scale), exact:
+// the batch's queries are already on that grid) into a 128 x 128-byte tile; the producer copies K's
+// codes into the swizzled tile the descriptors read and V's into a staging tile, then transposes V
+// into V^T (8-bit operands must be K-major, i.e. keys contiguous), the keys of each 32-key k-step in
+// the order the S accumulators hold them, so that P goes from the accumulators to the A registers of
+// P V with no shuffle; P is rounded to e4m3 (scaled by 2^8, which the row sums cancel) and O is
+// descaled by v_descale in fp32.
+//
 // Shared-memory layout of an R x D 16-bit tile (Q: R = 128; K, V: R = B): D / 64 column blocks of
 // 64 elements (128 bytes per row), each [R rows][128 B]; within a block, the 16-byte chunk c of
 // row r sits at chunk c ^ (r % 8). Every block starts on a 1024-byte boundary (the swizzle period).
@@ -112,13 +122,15 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // cp.async and widens them to fp16 there, in the same swizzled layout, and the MMAs run in fp16
 // whatever the model dtype (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the
 // descales go on the scores (K) and on O (V) in fp32.
-template <int kHeadDim, class Element, bool kFp8>
+// kFp8Mma: the fp8 tensor-core path described at the top (kFp8, e4m3, head size 128, p.q_scale > 0).
+template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
 #if defined(ATTN_SM90A_DEVICE)
+  static_assert(!kFp8Mma || (kFp8 && kHeadDim == 128), "fp8 tensor cores: an fp8 cache at head size 128");
   using Tr = Sm90Traits<kHeadDim>;
-  using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the MMAs
-  constexpr bool kQToHalf = kFp8 && !std::is_same_v<Element, __half>;
+  using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
+  constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -250,6 +262,50 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();
       mbar_arrive(full_bar(stage));
     };
+    // kFp8Mma: producer warp w copies rows 32w .. 32w + 31 of every tile (copy i: chunk lane % 8 of
+    // row 32w + 4i + lane / 8), K's codes into the swizzled K tile that Q K^T reads, V's row-major
+    // into a staging tile at the start of the V region, and then transposes the rows it copied into
+    // V^T ([128 dims][128 keys], swizzled) in the V region's upper half: P V's B operand, keys
+    // contiguous. Byte 4t + i of V^T's 16-byte chunk j holds key 16j + {2t, 2t + 1, 2t + 8, 2t + 9}[i],
+    // the order in which the S accumulators hold each 16 keys (k-slots 4t .. 4t + 3 of wgmma_rs_e4m3's
+    // A registers are accumulator columns 2t, 2t + 1, 2t + 8, 2t + 9), so P needs no shuffle.
+    constexpr int kVtOffset = 16384;
+    auto transpose_v = [&](int stage) {
+      const uint8_t* vraw = sKV + (2 * stage + 1) * kKvBytes;
+      uint8_t* vt = sKV + (2 * stage + 1) * kKvBytes + kVtOffset;
+      __syncwarp();  // the warp's copies (each lane waited for its own) are visible to all its lanes
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * warp + h;  // keys 16j .. 16j + 15
+        uint32_t in[16];             // key 16j + k, head dims 4 lane .. 4 lane + 3: a whole row per load
+#pragma unroll
+        for (int k = 0; k < 16; ++k) in[k] = *reinterpret_cast<const uint32_t*>(vraw + (16 * j + k) * 128 + 4 * lane);
+#pragma unroll
+        for (int st = 0; st < 4; ++st) {
+          // Head dim 4 lane + e, e rotated with the lane so that each 8-lane phase of the 16-byte
+          // stores covers the 8 swizzle slots once (no bank conflict).
+          const int e = (st + (lane >> 1)) & 3;
+          const uint32_t sel = static_cast<uint32_t>(e | ((e + 4) << 4));
+          uint32_t w[4];
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            w[t] = __byte_perm(__byte_perm(in[2 * t], in[2 * t + 1], sel), __byte_perm(in[2 * t + 8], in[2 * t + 9], sel),
+                               0x5410);
+          const int d = 4 * lane + e;
+          *reinterpret_cast<uint4*>(vt + d * 128 + ((j ^ (d & 7)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+      fence_proxy_async();
+      mbar_arrive(full_bar(stage));
+    };
+    // The oldest tile in flight, once its codes landed: widened (16-bit MMAs) or V transposed.
+    auto finish_fp8 = [&](int stage) {
+      if constexpr (kFp8Mma) {
+        transpose_v(stage);
+      } else {
+        widen_fp8(stage);
+      }
+    };
     for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
@@ -326,7 +382,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // row l % kRowsPer8 of the warp's copy l / kRowsPer8.
       auto fp8_page = [&](int n_tile) {
         int blk = 0, slot;
-        if constexpr (kShareRows) {
+        if constexpr (kFp8Mma) {
+          const int key = n_tile * kBlockN + 32 * warp + lane;
+          if (key < seq_len) page_of(key, blk, slot);
+        } else if constexpr (kShareRows) {
           const int i = lane / kRowsPer8;
           const int key = n_tile * kBlockN + (warp * 32 + 128 * i) / kChunks8 + lane % kRowsPer8;
           if (i < kPer8 && key < seq_len) page_of(key, blk, slot);
@@ -339,24 +398,38 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int key0 = n_tile * kBlockN;
         uint8_t* dst = sKV + (2 * stage) * kKvBytes;
         const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
-#pragma unroll 4
-        for (int i = 0; i < kPer8; ++i) {
-          const int idx = ctid + 128 * i;
-          const int r = idx / kChunks8, c = idx % kChunks8;
-          const int key = key0 + r;
-          const bool valid = key < seq_len;
-          int blk, slot;
-          if constexpr (kShareRows) {
-            blk = __shfl_sync(0xffffffffu, my_blk, i * kRowsPer8 + lane / kChunks8);
-            slot = slot_of(key);
-          } else {
-            page_of(valid ? key : 0, blk, slot);
+        if constexpr (kFp8Mma) {
+          uint8_t* vraw = dst + kKvBytes;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 16; ++i) {
+            const int r = 32 * warp + 4 * i + lane / 8, c = lane % 8;
+            const int key = key0 + r;
+            const int blk = __shfl_sync(0xffffffffu, my_blk, 4 * i + lane / 8);
+            const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
+                                static_cast<int64_t>(slot_of(key)) * p.kv_token_stride + head_off8 + c * 16;
+            cp_async_16(dst + r * 128 + ((c ^ (r & 7)) << 4), static_cast<const uint8_t*>(p.k_cache) + off, key < seq_len);
+            cp_async_16(vraw + r * 128 + c * 16, static_cast<const uint8_t*>(p.v_cache) + off, key < seq_len);
           }
-          const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
-                              static_cast<int64_t>(slot) * p.kv_token_stride + head_off8 + c * 16;
-          uint8_t* d = dst + fp8_slot(r, c);
-          cp_async_16(d, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-          cp_async_16(d + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+        } else {
+#pragma unroll 4
+          for (int i = 0; i < kPer8; ++i) {
+            const int idx = ctid + 128 * i;
+            const int r = idx / kChunks8, c = idx % kChunks8;
+            const int key = key0 + r;
+            const bool valid = key < seq_len;
+            int blk, slot;
+            if constexpr (kShareRows) {
+              blk = __shfl_sync(0xffffffffu, my_blk, i * kRowsPer8 + lane / kChunks8);
+              slot = slot_of(key);
+            } else {
+              page_of(valid ? key : 0, blk, slot);
+            }
+            const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
+                                static_cast<int64_t>(slot) * p.kv_token_stride + head_off8 + c * 16;
+            uint8_t* d = dst + fp8_slot(r, c);
+            cp_async_16(d, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+            cp_async_16(d + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+          }
         }
         cp_async_commit();
       };
@@ -377,7 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue_fp8(n_begin + t, stage, blk8);
           if (u + 1 - widened == kLook) {
             cp_async_wait<kLook - 1>();
-            widen_fp8(widened % kStages);
+            finish_fp8(widened % kStages);
             ++widened;
           }
         } else {
@@ -389,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if constexpr (kFp8) {
       cp_async_wait<0>();
-      for (; widened < done; ++widened) widen_fp8(widened % kStages);
+      for (; widened < done; ++widened) finish_fp8(widened % kStages);
     }
     cp_async_wait_all();  // no copy outlives its thread
     return;
@@ -401,8 +474,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool alibi = p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
   // item, below; a bf16 Q on an fp8 cache was stored times kFp8QScale).
-  const float base_qk_scale =
-      p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e) * (kQToHalf ? 1.f / kFp8QScale : 1.f);
+  // kFp8Mma: the e4m3 codes of Q are q / q_scale.
+  const float base_qk_scale = p.softmax_scale * (softcap ? 1.f / p.softcap : kLog2e) *
+                              (kFp8Mma ? p.q_scale : kQToHalf ? 1.f / kFp8QScale : 1.f);
   const float cap_log2 = p.softcap * kLog2e;
   int done = 0;  // key tiles of earlier items (the producer's count)
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
@@ -422,7 +496,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Q of this item, once both consumers are past their last Q K^T of the previous one.
     named_bar_sync(kBarQ, 256);
     // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----
-    {
+    if constexpr (kFp8Mma) {
+      // e4m3 codes of q / q_scale: thread t quantizes 16 head dims (two 16-byte loads) of chunks t,
+      // t + 256, ... of the 128 x 128-byte tile, swizzled like K; rows past the query are zero.
+      const float inv_q_scale = 1.f / p.q_scale;
+      const Element* q = static_cast<const Element*>(p.q);
+#pragma unroll
+      for (int i = 0; i < kBlockM * 8 / 256; ++i) {
+        const int r = (tid - 128 + 256 * i) / 8, c = (tid - 128 + 256 * i) % 8;
+        const int prow = row0 + r;
+        const int t = prow / G;
+        uint4 codes = make_uint4(0u, 0u, 0u, 0u);
+        if (t < q_len) {
+          const Element* src = q + ((q_start + t) * static_cast<int64_t>(p.num_q_heads) + kvh * G + prow % G) * kHeadDim + c * 16;
+          const uint4 a = *reinterpret_cast<const uint4*>(src);
+          const uint4 b = *reinterpret_cast<const uint4*>(src + 8);
+          auto quad = [&](uint32_t lo, uint32_t hi) {
+            const float2 x = to_float2<Element>(lo), y = to_float2<Element>(hi);
+            return f32x4_to_e4m3x4(x.x * inv_q_scale, x.y * inv_q_scale, y.x * inv_q_scale, y.y * inv_q_scale);
+          };
+          codes = make_uint4(quad(a.x, a.y), quad(a.z, a.w), quad(b.x, b.y), quad(b.z, b.w));
+        }
+        *reinterpret_cast<uint4*>(sQ + r * 128 + ((c ^ (r & 7)) << 4)) = codes;
+      }
+    } else {
       const int qt = tid - 128;
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
@@ -436,14 +533,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, valid);
       }
       cp_async_commit();
-    }
-    cp_async_wait<0>();
-    if constexpr (kQToHalf) {
-      // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
+      cp_async_wait<0>();
+      if constexpr (kQToHalf) {
+        // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
 #pragma unroll
-      for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
-        const int idx = tid - 128 + 256 * i;
-        fp8_q_to_half(sQ + swizzled(idx / kChunks, idx % kChunks, kQBlockBytes));
+        for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
+          const int idx = tid - 128 + 256 * i;
+          fp8_q_to_half(sQ + swizzled(idx / kChunks, idx % kChunks, kQBlockBytes));
+        }
       }
     }
     fence_proxy_async();
@@ -464,24 +561,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
       const uint32_t k_addr = sKV_addr + (2 * stage) * kKvBytes;
       wgmma_fence();
+      if constexpr (kFp8Mma) {
+        // e4m3: 32 head dims (32 bytes of each 128-byte row) per k-step.
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
-        const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
-        wgmma_ss<MmaT>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+        for (int ks = 0; ks < kHeadDim / 32; ++ks)
+          wgmma_ss_e4m3(s, q_desc + ((ks * 32) >> 4), sw128_desc(k_addr + ks * 32, 16, 1024), ks > 0);
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+          const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
+          const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
+          wgmma_ss<MmaT>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+        }
       }
       wgmma_commit();
     };
+    // Keys per P V k-step: 16 (16-bit operands) or 32 (e4m3).
+    constexpr int kPvSteps = kFp8Mma ? kBlockN / 32 : kBlockN / 16;
     // O += P V of the tile in stage `stage`, issued: P's accumulator fragments are already the A
     // fragments of the k-steps (16 keys each, 2048 bytes of V rows apart; the instruction's N spans
     // the D / 64 column blocks, kKvBlockBytes apart).
-    auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int stage) {
+    // kFp8Mma: B is V^T (K-major, 32 keys = 32 bytes of each row per k-step).
+    auto issue_pv = [&](const uint32_t (&pa)[kPvSteps][4], int stage) {
       const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kKvBytes;
       fence_regs(acc_o);
       wgmma_fence();
+      if constexpr (kFp8Mma) {
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        wgmma_rs<MmaT>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
+        for (int kk = 0; kk < kPvSteps; ++kk)
+          wgmma_rs_e4m3(acc_o, pa[kk], sw128_desc(v_addr + 16384 + kk * 32, 16, 1024), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kPvSteps; ++kk)
+          wgmma_rs<MmaT>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
+      }
       wgmma_commit();
     };
     // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
@@ -529,11 +642,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
         corr[h] = fast_exp2(row_max[h] - m_use);
         row_max[h] = mx;
+        // e4m3 P: P x 2^8 (up to 256 of e4m3's 448) keeps small probabilities out of e4m3's
+        // subnormals; the row sums carry the same factor, which the epilogue takes out.
+        const float bias = kFp8Mma ? 8.f - m_use : -m_use;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
-          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], s_scale, -m_use));
-          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], s_scale, -m_use));
+          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], s_scale, bias));
+          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], s_scale, bias));
           sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
         }
         row_sum[h] = row_sum[h] * corr[h] + sum;
@@ -548,13 +664,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc_o[4 * d + 3] *= corr[1];
       }
     };
-    auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kBlockN / 16][4]) {
+    // P -> the A registers of P V. e4m3: k-step kk covers accumulator column blocks 4kk .. 4kk + 3;
+    // a[0] (row g) takes columns 2t, 2t + 1 of blocks 4kk and 4kk + 1, a[1] the same of row g + 8,
+    // a[2] / a[3] those of blocks 4kk + 2 and 4kk + 3 (the key order V^T was written in).
+    auto to_a = [&](const float (&s)[Tr::kAccS], uint32_t (&pa)[kPvSteps][4]) {
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        pa[kk][0] = pack2<MmaT>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<MmaT>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<MmaT>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<MmaT>(s[8 * kk + 6], s[8 * kk + 7]);
+      for (int kk = 0; kk < kPvSteps; ++kk) {
+        if constexpr (kFp8Mma) {
+          const float* b = s + 16 * kk;
+          pa[kk][0] = f32x4_to_e4m3x4(b[0], b[1], b[4], b[5]);
+          pa[kk][1] = f32x4_to_e4m3x4(b[2], b[3], b[6], b[7]);
+          pa[kk][2] = f32x4_to_e4m3x4(b[8], b[9], b[12], b[13]);
+          pa[kk][3] = f32x4_to_e4m3x4(b[10], b[11], b[14], b[15]);
+        } else {
+          pa[kk][0] = pack2<MmaT>(s[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = pack2<MmaT>(s[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = pack2<MmaT>(s[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = pack2<MmaT>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
       }
     };
     // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
@@ -579,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float corr[2];
       softmax(s, n_tile, corr);
       rescale_o(corr);
-      uint32_t pa[kBlockN / 16][4];
+      uint32_t pa[kPvSteps][4];
       to_a(s, pa);
       issue_pv(pa, stage);
       wgmma_wait<0>();
@@ -602,6 +729,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float sm = row_sum[h];
       sm += __shfl_xor_sync(0xffffffffu, sm, 1);
       sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+      if constexpr (kFp8Mma) sm *= 0x1p-8f;  // the sums of P x 2^8 (O carries the factor too: wgt)
       const int prow = warp_row0 + g + 8 * h;
       const int t = prow / G;
       if (t >= q_len) continue;
@@ -613,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float w = exp2f(m_row - m_use);
       const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
       const float inv = total > 0.f ? 1.f / total : 0.f;
-      const float wgt = w * inv * v_descale;
+      const float wgt = w * inv * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
       const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
       const int64_t tok = q_start + t;
       const int64_t row_index = tok * p.num_q_heads + head;
@@ -724,11 +852,12 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element, bool kFp8>
+template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
-      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      Tr::kSmemBytes);
   (void)configured;
   // One persistent CTA per SM (at most one per work item), or one CTA per item.
   const int64_t work = static_cast<int64_t>(p.num_tiles) * p.num_kv_heads * p.num_splits;
@@ -742,15 +871,24 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ctas));
   // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
   const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
-  sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
 }
 
 template <int kHeadDim>
-void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, cudaStream_t stream) {
+void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, cudaStream_t stream) {
+  if constexpr (kHeadDim == 128) {
+    if (fp8_mma) {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, true>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, true>(p, stream);
+      return;
+    }
+  }
   if (fp8)
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true>(p, stream);
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false>(p, stream);
   else
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false>(p, stream) : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false>(p, stream);
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false>(p, stream);
 }
 
 // True when the current device runs an sm_90a image of the kernel (not a JIT of older PTX,
@@ -758,12 +896,12 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, cudaStrea
 template <int kHeadDim>
 bool sm90_prefill_compiled() {
   static const bool ok =
-      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false>));
+      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false, false>));
   return ok;
 }
 
 #define ATTN_FA_SM90_INSTANTIATE_HEAD_SIZE(D)                                                  \
-  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, cudaStream_t); \
+  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, bool, cudaStream_t); \
   template bool sm90_prefill_compiled<D>();
 
 }  // namespace attn::fa

@@ -49,6 +49,10 @@ struct AttentionOutput {
   // The exact result cannot be reached through them: the floor grows to sqrt(1 + n) times the
   // rounding of O alone (DESIGN.md, "Accuracy budgets").
   int stored_roundings = 0;
+  // Intermediates rounded once each to a dtype coarser than O's (FLASH_ATTN's fp8 tensor-core
+  // path rounds the probabilities P to e4m3 before P V): each adds its own unit roundoff, relative
+  // to O's, under the square root of the data-flow floor (DESIGN.md, "Accuracy budgets").
+  std::vector<DType> coarse_roundings;
 };
 
 class BackendInstance {

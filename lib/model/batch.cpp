@@ -67,11 +67,19 @@ float max_abs_over_new_tokens(const std::vector<RequestShape>& reqs, int heads, 
 
 // Queries are never in the shared prefix (it lies inside every context), so their generator
 // id is the request's own (request_ids[req] when the batch was cut from a larger one).
-float Batch::q(int req, int pos, int head, int d) const {
+float Batch::q_input(int req, int pos, int head, int d) const {
   const uint32_t id = request_ids.empty() ? static_cast<uint32_t>(req) : request_ids[static_cast<size_t>(req)];
-  return round_to(spec.dtype, q_scale * regime_value(regime, seed, ValueTensor::q, id,
-                                               static_cast<uint32_t>(pos), static_cast<uint32_t>(head),
-                                               static_cast<uint32_t>(d)));
+  return round_to(spec.dtype, q_amplitude * regime_value(regime, seed, ValueTensor::q, id,
+                                                   static_cast<uint32_t>(pos), static_cast<uint32_t>(head),
+                                                   static_cast<uint32_t>(d)));
+}
+
+// vLLM's query quantization (fp8 e4m3 cache, FlashAttention-3): the layer stores e4m3(q / q_scale)
+// and the backend multiplies by q_scale again. Holding the round trip here gives every backend and
+// the reference the same query, and a backend that computes on the codes recovers them exactly.
+float Batch::q(int req, int pos, int head, int d) const {
+  const float x = q_input(req, pos, head, d);
+  return spec.q_fp8() ? round_to(spec.dtype, fp8_round_trip(DType::fp8_e4m3, x, spec.q_scale)) : x;
 }
 
 float Batch::k_input(int req, int pos, int kv_head, int d) const {
@@ -144,7 +152,7 @@ void resolve_data(Batch& b, const DataConfig& d) {
     logit_std = s.logits_soft_cap / 25.0;
   }
   // MLA's scale is 1/sqrt(qk 192) over 576-wide latent scores: keep its calibrated default.
-  if (!s.use_mla || d.logit_std) b.q_scale = static_cast<float>(3.0 * logit_std);
+  if (!s.use_mla || d.logit_std) b.q_amplitude = static_cast<float>(3.0 * logit_std);
   if (s.sinks) {
     b.sink_centre = static_cast<float>(d.sink_logit.value_or(3.0 * logit_std));
     b.sink_spread = static_cast<float>(logit_std);
@@ -228,6 +236,14 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
     }
   } else if (!spec.kv_fp8()) {
     b.spec.k_scale = b.spec.v_scale = 1.0f;  // scales only mean something for fp8 caches
+  }
+  // The query's scale, "calc" the same way over every query value before its quantization (the
+  // parser allows q_scale only over an fp8 e4m3 cache without MLA).
+  b.spec.q_scale_calc = false;
+  if (spec.q_scale_calc) {
+    const float amax = max_abs_over_new_tokens(b.requests, spec.num_q_heads, spec.head_size_qk,
+                                               [&](int r, int pos, int h, int d) { return b.q_input(r, pos, h, d); });
+    b.spec.q_scale = amax > 0.0f ? amax / fp8_range(DType::fp8_e4m3) : 1.0f;
   }
 
   if (spec.sinks) {

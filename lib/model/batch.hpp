@@ -13,17 +13,17 @@ namespace attn {
 
 struct Batch {
   std::string label;
-  AttentionSpec spec;  // k_scale/v_scale resolved ("calc" applied), scale resolved
+  AttentionSpec spec;  // k_scale/v_scale/q_scale resolved ("calc" applied), scale resolved
   uint64_t seed = 0;
   std::vector<RequestShape> requests;  // batch order = token order
   int shared_prefix_len = 0;           // tokens [0, L) of every request share blocks and values
   int local_attention_chunk = 0;
   long step = -1;
-  // Value regime (make_batch resolves [data]): Q = q_scale * U[-1, 1), so the scaled scores have
-  // std q_scale / 3 with U[-1, 1) keys; sink logit of head h = sink_centre + sink_spread * U.
+  // Value regime (make_batch resolves [data]): Q = q_amplitude * U[-1, 1), so the scaled scores
+  // have std q_amplitude / 3 with U[-1, 1) keys; sink logit of head h = sink_centre + sink_spread * U.
   DataConfig data;  // as given; the resolved regime follows
   ValueRegime regime;  // K/V (and latent) values, shared with the device cache fill
-  float q_scale = 4.0f;
+  float q_amplitude = 4.0f;
   float sink_centre = 0.0f, sink_spread = 2.0f;
 
   // Paging. Physical block 0 is the reserved null block: never allocated, used as padding.
@@ -53,6 +53,9 @@ struct Batch {
   // Query of the new token at absolute position pos (context_len <= pos < seq_len), model dtype.
   // MHA: d < head_size_qk. MLA: d < 192 = q_nope (128) ‖ q_pe (64).
   float q(int req, int pos, int head, int d) const;
+  // The query before vLLM's fp8 query quantization (spec.q_fp8()); q() is the value every backend
+  // and the reference see: round_to(dtype, e4m3(q_input / q_scale) * q_scale). Without it, the same.
+  float q_input(int req, int pos, int head, int d) const;
   // K/V inputs of a new token in the model dtype (before any cache quantization). MHA only.
   float k_input(int req, int pos, int kv_head, int d) const;
   float v_input(int req, int pos, int kv_head, int d) const;

@@ -222,21 +222,45 @@ struct ModelOrigin {
   int local_attention_chunk = 0;  // from the preset
 };
 
-float read_kv_scale(const Section& m, std::string_view key, bool& calc, float current) {
+// An fp8 scale: a positive number, or "calc" (resolved over the batch by make_batch). `over`
+// names the values "calc" measures, `stored` what is quantized with the scale (for the hints).
+float read_fp8_scale(const Section& m, std::string_view key, bool& calc, float current, const std::string& over,
+                     const std::string& stored) {
   const toml::node* n = m.node(key);
   if (n == nullptr) return current;
   if (n->is_string()) {
     if (n->as_string()->get() != "calc")
       fail(m.file(), m.where(key, *n), "expected a number or \"calc\"",
-           "\"calc\" sets the scale to max|x| / fp8 range over the batch's new tokens");
+           "\"calc\" sets the scale to max|x| / fp8 range over " + over);
     calc = true;
     return current;
   }
   const std::optional<Field<double>> f = m.number(key);
   if (f->value <= 0.0)
-    fail(m.file(), f->where, "must be > 0", "the cache stores value / scale, so the scale must be positive");
+    fail(m.file(), f->where, "must be > 0", stored + " / scale, so the scale must be positive");
   calc = false;
   return static_cast<float>(f->value);
+}
+
+float read_kv_scale(const Section& m, std::string_view key, bool& calc, float current) {
+  return read_fp8_scale(m, key, calc, current, "the batch's new tokens", "the cache stores value");
+}
+
+// [model] q_scale (vLLM's static per-tensor query quantization): only where vLLM does it, an
+// fp8 e4m3 cache without MLA (the query is quantized for FlashAttention-3's fp8 path). Read after
+// [model.mla], so that both conditions are known.
+void read_q_scale(const Section& m, AttentionSpec& spec) {
+  const toml::node* n = m.node("q_scale");
+  if (n == nullptr) return;
+  spec.q_scale = read_fp8_scale(m, "q_scale", spec.q_scale_calc, spec.q_scale, "the batch's queries",
+                                "the query is quantized to q");
+  if (spec.kv_cache_dtype != DType::fp8_e4m3)
+    fail(m.file(), m.where("q_scale", *n),
+         "needs kv_cache_dtype = \"fp8_e4m3\" (the cache is " + std::string(to_string(spec.kv_cache_dtype)) + ")",
+         "vLLM quantizes the query only over an fp8_e4m3 cache; drop q_scale or set kv_cache_dtype = \"fp8_e4m3\"");
+  if (spec.use_mla)
+    fail(m.file(), m.where("q_scale", *n), "not supported with [model.mla]",
+         "vLLM quantizes the query only for MHA/GQA attention over an fp8_e4m3 cache; drop q_scale");
 }
 
 ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenario& s) {
@@ -250,8 +274,8 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
   }
   const Section m(file, *tbl, "model",
                   {"preset", "num_q_heads", "num_kv_heads", "head_size", "head_size_qk", "head_size_v", "dtype",
-                   "kv_cache_dtype", "k_scale", "v_scale", "block_size", "kv_layout", "scale", "sliding_window",
-                   "logits_soft_cap", "alibi", "sinks", "causal", "mla"});
+                   "kv_cache_dtype", "k_scale", "v_scale", "q_scale", "block_size", "kv_layout", "scale",
+                   "sliding_window", "logits_soft_cap", "alibi", "sinks", "causal", "mla"});
   const Where table_where = m.self();
   o.num_q_heads = o.num_kv_heads = o.head_size_qk = o.head_size_v = o.block_size = table_where;
 
@@ -363,6 +387,7 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
     spec.head_size_qk = spec.mla.qk_head_dim();
     spec.head_size_v = spec.mla.v_head_dim;
   }
+  read_q_scale(m, spec);
 
   if (spec.num_q_heads % spec.num_kv_heads != 0) {
     const Where& w = o.num_kv_heads_explicit ? o.num_kv_heads : o.num_q_heads;

@@ -32,6 +32,8 @@ struct AttentionSpec {
   float v_scale = 1.0f;
   bool k_scale_calc = false;  // "calc": scale = max|x| / range over the batch's new tokens
   bool v_scale_calc = false;
+  float q_scale = 0.0f;  // > 0: queries quantized to fp8 e4m3 with this per-tensor scale (vLLM's query quant); 0 = off
+  bool q_scale_calc = false;  // "calc": q_scale = max|q| / e4m3 range over the batch's queries
   int block_size = 16;
   KvLayout kv_layout = KvLayout::NHD;
   float scale = 0.0f;          // softmax scale; resolved (never 0) after parsing
@@ -46,6 +48,7 @@ struct AttentionSpec {
   bool causal() const { return attn_type == AttentionType::decoder; }
   int gqa_ratio() const { return num_q_heads / num_kv_heads; }
   bool kv_fp8() const { return is_fp8(kv_cache_dtype); }
+  bool q_fp8() const { return q_scale > 0.f; }
 };
 
 // ALiBi slopes for n heads (the standard closest-power-of-two construction).

@@ -131,7 +131,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 // A request cut out of the batch: same generator ids and resolved scales, fresh paging.
 Batch single_request_batch(const Batch& b, int r) {
   AttentionSpec spec = b.spec;
-  spec.k_scale_calc = spec.v_scale_calc = false;  // keep the parent's resolved scales
+  spec.k_scale_calc = spec.v_scale_calc = spec.q_scale_calc = false;  // keep the parent's resolved scales
   BatchShape shape;
   shape.label = b.label;
   shape.requests = {b.requests[static_cast<size_t>(r)]};
@@ -158,6 +158,7 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.scale = sp.scale;
   row.k_scale = sp.k_scale;
   row.v_scale = sp.v_scale;
+  row.q_scale = sp.q_fp8() ? sp.q_scale : 0.0;
   row.alibi = sp.alibi;
   row.sinks = sp.sinks;
   row.causal = sp.causal();
@@ -178,7 +179,8 @@ std::vector<Perturbation> declared_features(const Batch& b) {
   if (s.logits_soft_cap > 0) f.push_back(Perturbation::softcap_no_tanh);
   if (s.sinks) f.push_back(Perturbation::sinks_dropped);
   if (s.alibi) f.push_back(Perturbation::alibi_dropped);
-  if (s.kv_fp8() && (s.k_scale != 1.0f || s.v_scale != 1.0f)) f.push_back(Perturbation::fp8_scales_ignored);
+  const bool kv_scaled = s.kv_fp8() && (s.k_scale != 1.0f || s.v_scale != 1.0f);
+  if (kv_scaled || (s.q_fp8() && s.q_scale != 1.0f)) f.push_back(Perturbation::fp8_scales_ignored);
   if (!s.use_mla && s.num_kv_heads > 1) f.push_back(Perturbation::gqa_shifted);
   if (b.shared_prefix_len > 0) f.push_back(Perturbation::cascade_block_dropped);
   return f;

@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 69> kResultColumns{{
+inline constexpr std::array<ResultColumn, 70> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -41,6 +41,7 @@ inline constexpr std::array<ResultColumn, 69> kResultColumns{{
     {"scale", &ResultRow::scale},
     {"k_scale", &ResultRow::k_scale},
     {"v_scale", &ResultRow::v_scale},
+    {"q_scale", &ResultRow::q_scale},
     {"alibi", &ResultRow::alibi},
     {"sinks", &ResultRow::sinks},
     {"causal", &ResultRow::causal},

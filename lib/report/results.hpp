@@ -23,6 +23,7 @@ struct ResultRow {
   std::string dtype, kv_cache_dtype, kv_layout;
   int block_size = 0, sliding_window = 0;
   double logits_soft_cap = 0, scale = 0, k_scale = 1, v_scale = 1;
+  double q_scale = 0;  // fp8 query quantization's scale (vLLM, fp8 e4m3 cache); 0 = not quantized
   bool alibi = false, sinks = false, causal = true, mla = false;
   // batch
   int num_reqs = 0;

@@ -171,15 +171,16 @@ std::vector<double> run_naive(const Batch& b, const std::vector<uint8_t>& rows, 
           for (int64_t t = t0; t < t1 && !any; ++t)
             for (int h = h0; h < h0 + heads_per_item && !any; ++h) any = wanted(t, h);
           if (!any) continue;
-          const HeadKv<T> kv = s.use_mla ? load_mla_kv<T>(b, req, h0, a, opts.unquantized_kv)
-                                         : load_mha_kv<T>(b, req, group, a, opts.unquantized_kv);
+          const HeadKv<T> kv = s.use_mla ? load_mla_kv<T>(b, req, h0, a, opts.unquantized)
+                                         : load_mha_kv<T>(b, req, group, a, opts.unquantized);
           logits.resize(static_cast<size_t>(kv.seq_len));
           const int context = b.requests[req].context_len;
           for (int64_t t = t0; t < t1; ++t) {
             const int p = context + static_cast<int>(t - t0);
             for (int h = h0; h < h0 + heads_per_item; ++h) {
               if (!wanted(t, h)) continue;
-              for (int d = 0; d < s.head_size_qk; ++d) q[d] = b.q(req, p, h, d);
+              for (int d = 0; d < s.head_size_qk; ++d)
+                q[d] = opts.unquantized ? b.q_input(req, p, h, d) : b.q(req, p, h, d);
               attend_row<T>(b, kv, q, h, p, a, logits, &out[(static_cast<size_t>(t) * hq + h) * dv]);
             }
           }

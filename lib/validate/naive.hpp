@@ -7,7 +7,8 @@
 //    its error against the float64 reference is what a plain GPU kernel achieves, and a
 //    backend is held to twice that;
 //  * the fp8 quantization error: in exact (float64) arithmetic on the K/V values before the
-//    cache round trip, compared with the reference on the cached values.
+//    cache round trip (and the query before its quantization), compared with the reference on
+//    the values the backends see.
 // It follows the reference's semantics (causal/window/local chunk, soft cap, ALiBi, sinks,
 // GQA, MLA up-projection) but not its code: it loops token by token, so it is only run on the
 // checked rows.
@@ -24,8 +25,10 @@ struct NaiveOptions {
     exact,  // float64 throughout, nothing rounded
   };
   Precision precision = Precision::model;
-  bool unquantized_kv = false;  // K/V (MLA: the latent) before the fp8 cache round trip
-  int threads = 0;              // 0 = default_threads()
+  // Inputs before their fp8 round trips: K/V (MLA: the latent) before the cache's, and the query
+  // before vLLM's query quantization (AttentionSpec::q_fp8).
+  bool unquantized = false;
+  int threads = 0;  // 0 = default_threads()
 };
 
 // rows: [num_tokens, num_q_heads], nonzero where an output row is wanted (e.g.
@@ -39,7 +42,8 @@ double masked_rel_l2(const std::vector<double>& a, const std::vector<double>& b,
                      int64_t head_size_v);
 
 // The fp8 KV-cache quantization error of a batch: relative L2 of the exact attention on the
-// cached (quantized, dequantized) K/V against the exact attention on the unquantized K/V,
+// cached (quantized, dequantized) K/V (and quantized query, when the spec quantizes it) against
+// the exact attention on the unquantized inputs,
 // over `rows` (as in naive_attention). Reported, not gated. -1 when the cache is not fp8.
 double quantization_rel_l2(const Batch& b, const std::vector<uint8_t>& rows, int threads = 0);
 

@@ -407,6 +407,38 @@ TEST(FlashAttnSm90, Fp8Caches) {
   EXPECT_VALID(run_case(s));
 }
 
+// vLLM's query quant over an e4m3 cache: on sm_90a the head-size-128 prefill runs Q K^T and P V on
+// fp8 tensor cores (P rounded to e4m3, declared as a coarse rounding: its own budget). Non-unit
+// q/k/v scales (q / q_scale not on a power-of-two grid), pages ending mid-block, GQA 7, both model
+// dtypes; then soft cap, sinks and a window on the same path.
+TEST(FlashAttnSm90, Fp8TensorCores) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const char* env = std::getenv("ATTN_FA_FP8_MMA");
+  const bool mma_expected = sm90_expected() && (env == nullptr || std::string(env) != "0");
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Case c{make_spec(28, 4, 128, dt)};
+    c.spec.kv_cache_dtype = DType::fp8_e4m3;
+    c.spec.k_scale = 0.125f;
+    c.spec.v_scale = 0.0625f;
+    c.spec.q_scale = 0.0371f;
+    c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << to_string(dt);
+    EXPECT_EQ(r.out.coarse_roundings.size(), mma_expected ? 1u : 0u) << to_string(dt);
+    EXPECT_EQ(r.plan.find("mma=e4m3") != std::string::npos, mma_expected) << r.plan;
+  }
+  Case s{make_spec(16, 2, 128)};
+  s.spec.kv_cache_dtype = DType::fp8_e4m3;
+  s.spec.k_scale = 0.0125f;
+  s.spec.v_scale = 0.02f;
+  s.spec.q_scale = 0.003f;
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  EXPECT_VALID(run_case(s));
+}
+
 TEST(FlashAttnSm90, LongCausalBf16) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 8, 128)};

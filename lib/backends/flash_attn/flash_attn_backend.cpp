@@ -135,14 +135,22 @@ class FlashAttnInstance final : public BackendInstance {
     for (std::size_t i = 0; i < n; ++i) out.o[i] = load_as(s.dtype, raw.data(), i);
     out.lse.resize(static_cast<std::size_t>(out.num_tokens) * s.num_q_heads);
     if (!out.lse.empty()) lse_.download(out.lse.data(), out.lse.size() * sizeof(float));
+    // The fp8 tensor-core path rounds P to e4m3 before P V (its own budget, DESIGN.md).
+    if (fp8_mma()) out.coarse_roundings.push_back(DType::fp8_e4m3);
     return out;
   }
 
   bool on_device() const override { return true; }
   void* stream() const override { return static_cast<void*>(stream_.get()); }
-  std::string plan_summary() const override { return schedule_.summary(); }
+  std::string plan_summary() const override { return schedule_.summary() + (fp8_mma() ? " mma=e4m3" : ""); }
 
  private:
+  // Whether a pass runs on fp8 tensor cores (flash_attn_uses_fp8_mma).
+  bool fp8_mma() const {
+    return flash_attn_uses_fp8_mma(config_, schedule_.main.tiling) ||
+           (schedule_.cascade && flash_attn_uses_fp8_mma(config_, schedule_.prefix.tiling));
+  }
+
   void upload_schedule() {
     const auto& main = schedule_.main.tiles;
     if (!main.empty()) tiles_.upload_async(main.data(), main.size() * sizeof(int32_t), stream_);
@@ -198,6 +206,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.local_chunk = batch_.local_attention_chunk;
     p.kv_begin = 0;
     p.kv_fp8_e5m2 = s.kv_cache_dtype == DType::fp8_e5m2 ? 1 : 0;
+    p.q_scale = s.q_scale;
     return p;
   }
 
@@ -244,6 +253,7 @@ class FlashAttnBackend final : public Backend {
         "head sizes: 64, 96, 128, 192, 256",
 #endif
         "dtypes: fp16, bf16; kv cache: model dtype, fp8_e4m3, fp8_e5m2 (per-sequence descales)",
+        "quantized queries (q_scale) over an fp8_e4m3 cache: Q K^T and P V on fp8 tensor cores (sm_90a prefill, head size 128)",
         "cache: FA layout (2, num_blocks, block_size, Hkv, D), NHD, block size a multiple of 16",
         "causal with context, non-causal, GQA/MQA packed into the query tile, sliding window, local attention",
         "logits soft cap, ALiBi, sinks",

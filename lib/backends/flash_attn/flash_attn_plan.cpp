@@ -131,6 +131,7 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s) {
   c.block_size = s.block_size;
   c.layout = s.kv_layout;
   c.use_mla = s.use_mla;
+  c.q_fp8 = s.q_scale > 0.f;
   return c;
 }
 
