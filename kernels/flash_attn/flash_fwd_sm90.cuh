@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
+  constexpr int kVtOffset = 16384;  // kFp8Mma: V^T after the 16 KB V staging tile in a stage's V region
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // Swizzle atoms must start on 1024-byte boundaries.
   const uint32_t raw_addr = smem_u32(smem_raw);
@@ -269,7 +270,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // contiguous. Byte 4t + i of V^T's 16-byte chunk j holds key 16j + {2t, 2t + 1, 2t + 8, 2t + 9}[i],
     // the order in which the S accumulators hold each 16 keys (k-slots 4t .. 4t + 3 of wgmma_rs_e4m3's
     // A registers are accumulator columns 2t, 2t + 1, 2t + 8, 2t + 9), so P needs no shuffle.
-    constexpr int kVtOffset = 16384;
     auto transpose_v = [&](int stage) {
       const uint8_t* vraw = sKV + (2 * stage + 1) * kKvBytes;
       uint8_t* vt = sKV + (2 * stage + 1) * kKvBytes + kVtOffset;
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kFp8Mma) {
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk)
-          wgmma_rs_e4m3(acc_o, pa[kk], sw128_desc(v_addr + 16384 + kk * 32, 16, 1024), 1);
+          wgmma_rs_e4m3(acc_o, pa[kk], sw128_desc(v_addr + kVtOffset + kk * 32, 16, 1024), 1);
       } else {
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk)
