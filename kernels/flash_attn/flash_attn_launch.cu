@@ -73,6 +73,12 @@ FlashAttnTiling tiling_of(int max_packed_rows) {
   return {false, Prefill::kBlockM, Prefill::kBlockN, Decode::kBlockM};
 }
 
+// An A/B switch of the environment, read once per process by its caller: on unless set to "0".
+bool switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 }  // namespace
 
 std::string flash_attn_unsupported_reason(const FlashAttnConfig& c) {
@@ -110,10 +116,7 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
 
 bool flash_attn_sm90_available(const FlashAttnConfig& c) {
   // ATTN_FA_SM90=0 keeps the mma.sync kernel (A/B timing in one binary).
-  static const bool enabled = [] {
-    const char* v = std::getenv("ATTN_FA_SM90");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = switch_on("ATTN_FA_SM90");
   // A cache of the model dtype, or an fp8 one (the producer widens it to fp16).
   const bool cache_ok = c.kv_dtype == c.dtype || is_fp8(c.kv_dtype);
   return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && cache_ok &&
@@ -127,10 +130,7 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
 }
 
 bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("ATTN_FA_FP8_MMA");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = switch_on("ATTN_FA_FP8_MMA");
   return enabled && c.q_fp8 && c.kv_dtype == DType::fp8_e4m3 && c.head_size_qk == 128 && flash_attn_uses_sm90(c, t);
 }
 

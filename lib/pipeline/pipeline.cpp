@@ -158,7 +158,7 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.scale = sp.scale;
   row.k_scale = sp.k_scale;
   row.v_scale = sp.v_scale;
-  row.q_scale = sp.q_fp8() ? sp.q_scale : 0.0;
+  row.q_scale = sp.q_scale;  // 0 = queries not quantized
   row.alibi = sp.alibi;
   row.sinks = sp.sinks;
   row.causal = sp.causal();

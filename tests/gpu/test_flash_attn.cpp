@@ -381,6 +381,21 @@ TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
 // e4m3 and e5m2, both model dtypes, every head size, block sizes 16, 32 and 48 (a division in the
 // block-table lookup), ragged lengths whose last pages end mid-page (NaN-poisoned tails), then soft
 // cap + window + sinks.
+// An e4m3 cache with small scales, soft cap, sinks and a window on prefill-sized requests; q_scale
+// > 0 quantizes the queries too (the fp8 tensor-core path on sm_90a).
+Case fp8_softcap_sinks_window(float q_scale) {
+  Case s{make_spec(16, 2, 128)};
+  s.spec.kv_cache_dtype = DType::fp8_e4m3;
+  s.spec.k_scale = 0.0125f;
+  s.spec.v_scale = 0.02f;
+  s.spec.q_scale = q_scale;
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = {{200, 33}, {0, 48}, {900, 200}};
+  return s;
+}
+
 TEST(FlashAttnSm90, Fp8Caches) {
   ATTN_REQUIRE_CUDA_DEVICE();
   std::vector<CacheVariant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
@@ -396,15 +411,7 @@ TEST(FlashAttnSm90, Fp8Caches) {
     EXPECT_VALID(r) << variant_label(v);
     EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << variant_label(v);
   }
-  Case s{make_spec(16, 2, 128)};
-  s.spec.kv_cache_dtype = DType::fp8_e4m3;
-  s.spec.k_scale = 0.0125f;
-  s.spec.v_scale = 0.02f;
-  s.spec.logits_soft_cap = 5.0f;
-  s.spec.sinks = true;
-  s.spec.sliding_window = 90;
-  s.requests = {{200, 33}, {0, 48}, {900, 200}};
-  EXPECT_VALID(run_case(s));
+  EXPECT_VALID(run_case(fp8_softcap_sinks_window(0.f)));
 }
 
 // vLLM's query quant over an e4m3 cache: on sm_90a the head-size-128 prefill runs Q K^T and P V on
@@ -427,16 +434,7 @@ TEST(FlashAttnSm90, Fp8TensorCores) {
     EXPECT_EQ(r.out.coarse_roundings.size(), mma_expected ? 1u : 0u) << to_string(dt);
     EXPECT_EQ(r.plan.find("mma=e4m3") != std::string::npos, mma_expected) << r.plan;
   }
-  Case s{make_spec(16, 2, 128)};
-  s.spec.kv_cache_dtype = DType::fp8_e4m3;
-  s.spec.k_scale = 0.0125f;
-  s.spec.v_scale = 0.02f;
-  s.spec.q_scale = 0.003f;
-  s.spec.logits_soft_cap = 5.0f;
-  s.spec.sinks = true;
-  s.spec.sliding_window = 90;
-  s.requests = {{200, 33}, {0, 48}, {900, 200}};
-  EXPECT_VALID(run_case(s));
+  EXPECT_VALID(run_case(fp8_softcap_sinks_window(0.003f)));
 }
 
 TEST(FlashAttnSm90, LongCausalBf16) {
