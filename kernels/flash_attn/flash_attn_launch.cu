@@ -123,10 +123,16 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c) {
          (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
 }
 
+Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c) {
+  static const bool decodes = switch_on("ATTN_FA_SM90_DECODE");
+  if (!flash_attn_sm90_available(c)) return Sm90Passes::none;
+  return decodes && !is_fp8(c.kv_dtype) ? Sm90Passes::all : Sm90Passes::prefills;
+}
+
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   // 128-row tiles: the mma.sync prefill tile for head sizes <= 128, and what the planner gives
-  // head size 256 when this kernel is available (flash_attn_sm90_available).
-  return !t.decode && t.no_small_seqs && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
+  // head size 256 (and decodes) when this kernel is available (flash_attn_sm90_available).
+  return !t.decode && t.sm90_tiles && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
 }
 
 bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t) {
@@ -166,11 +172,11 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     if (fp8_mma && !(p.q_scale > 0.f))
       throw RuntimeError("launch_flash_attn_fwd: fp8 tensor cores need the query scale (q_scale > 0)");
 #if !defined(ATTN_QUICK_BUILD)
-    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, false, stream);
-    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, false, stream);
+    if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, false, t.small_seqs, stream);
+    if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, false, t.small_seqs, stream);
 #endif
-    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, fp8_mma, stream);
-    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, false, stream);
+    if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, fp8_mma, t.small_seqs, stream);
+    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, false, t.small_seqs, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

@@ -36,9 +36,10 @@ struct FlashAttnTiling {
   int block_m = 0;        // packed query rows per tile
   int block_n = 0;        // keys per main-loop step (split chunks are multiples of it)
   int small_block_m = 0;  // a sequence with at most this many packed rows gets one decode tile
-  // Prefill tiling with no decode-sized sequence in the launch (set by the planner): only such
-  // launches may run the sm_90a kernel, which has no decode tiling for the small ones.
-  bool no_small_seqs = false;
+  // Every sequence in 128-row tiles, as the sm_90a kernel takes them (set by the planner from
+  // Sm90Passes). Only such launches may run the sm_90a kernel.
+  bool sm90_tiles = false;
+  bool small_seqs = false;  // some sequence fits a decode tile (query_len x G <= small_block_m)
 };
 // max_packed_rows: the largest query_len * G of any sequence in the launch.
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
@@ -52,8 +53,21 @@ constexpr int kSm90BlockM = 128;
 // timing against the mma.sync kernel).
 bool flash_attn_sm90_available(const FlashAttnConfig& c);
 
-// Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and the prefill tiling of
-// 128-row tiles without decode-sized sequences.
+// Which passes of a layer the planner gives the sm_90a kernel (128-row tiles for every sequence):
+// none (it cannot serve the layer), prefills (passes without a decode-sized sequence; the others
+// keep the mma.sync kernel with its decode tiles), or all (a decode-sized sequence is one 128-row
+// tile; the consumer warpgroup with no rows in it only takes its turns), so that decodes read their
+// pages through its producer and a mixed step is one persistent launch.
+enum class Sm90Passes { none, prefills, all };
+
+// flash_attn_sm90_available, then all passes for a cache of the model dtype and prefills for an fp8
+// one (its decodes are faster on the mma.sync decode tiling, which widens the codes in registers:
+// docs/PERF_NOTES.md, Version 16). ATTN_FA_SM90_DECODE=0 keeps decodes on the mma.sync kernel for
+// every cache (A/B timing in one binary).
+Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c);
+
+// Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and 128-row tiles for every
+// sequence (FlashAttnTiling::sm90_tiles).
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // Whether that launch runs Q K^T and P V on fp8 tensor cores (e4m3 operands, P rounded to e4m3):

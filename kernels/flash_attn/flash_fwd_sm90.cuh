@@ -123,11 +123,18 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // whatever the model dtype (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the
 // descales go on the scores (K) and on O (V) in fp32.
 // kFp8Mma: the fp8 tensor-core path described at the top (kFp8, e4m3, head size 128, p.q_scale > 0).
-template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma>
+// kDecodes: the launch holds decode-sized sequences (one 128-row tile each, G x q_len rows), so a
+// consumer whose 64 rows are all past its item's query skips its products. A separate instantiation:
+// the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
+// registers moved), so prefill launches keep the kernel without it.
+template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma, bool kDecodes>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
 #if defined(ATTN_SM90A_DEVICE)
   static_assert(!kFp8Mma || (kFp8 && kHeadDim == 128), "fp8 tensor cores: an fp8 cache at head size 128");
+  // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
+  // second consumer loop spilled 20 bytes (its consumers have no register to spare).
+  static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
   using Tr = Sm90Traits<kHeadDim>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
@@ -689,6 +696,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     // consumer 1 passes no turn after its last tile, and gives the first one only if there is one.
     const int other = 1 - wg;
     if (wg == 1 && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
+    // kDecodes: a consumer whose 64 rows are all past the item's query (consumer 1 of a decode:
+    // G x q_len <= 64 packed rows) computes nothing; it takes its turns and frees each stage once it
+    // is full.
+    if (kDecodes && row0 + wg * 64 >= q_len * G) {
+      for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
+        const int u = done + n_tile - n_begin;
+        const int stage = u % kStages;
+        mbar_wait(full_bar(stage), (u / kStages) & 1);
+        named_bar_sync(kBarTurn + wg, 256);
+        if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar(stage));
+      }
+      done += num_tiles;
+      continue;
+    }
     for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
       const int u = done + n_tile - n_begin;
       const int stage = u % kStages;
@@ -852,12 +875,12 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma>
+template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma, bool kDecodes>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim>;
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      Tr::kSmemBytes);
+  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma, kDecodes>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
   // One persistent CTA per SM (at most one per work item), or one CTA per item.
   const int64_t work = static_cast<int64_t>(p.num_tiles) * p.num_kv_heads * p.num_splits;
@@ -871,24 +894,34 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ctas));
   // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
   const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
-  sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma><<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  kernel<<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
 }
 
 template <int kHeadDim>
-void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, cudaStream_t stream) {
+void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {
     if (fp8_mma) {
-      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, true>(p, stream)
-           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, true>(p, stream);
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, true, false>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, true, false>(p, stream);
       return;
     }
   }
-  if (fp8)
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false>(p, stream)
-         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false>(p, stream);
-  else
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false>(p, stream)
-         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false>(p, stream);
+  if (fp8) {
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false, false>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false, false>(p, stream);
+    return;
+  }
+  // Decode launches of a 16-bit cache (head size 192 has no such variant: its consumers multiply
+  // the zero rows instead).
+  if constexpr (kHeadDim != 192) {
+    if (decodes) {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, true>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, true>(p, stream);
+      return;
+    }
+  }
+  fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false>(p, stream)
+       : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false>(p, stream);
 }
 
 // True when the current device runs an sm_90a image of the kernel (not a JIT of older PTX,
@@ -896,12 +929,12 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
 template <int kHeadDim>
 bool sm90_prefill_compiled() {
   static const bool ok =
-      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false, false>));
+      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false, false, false>));
   return ok;
 }
 
 #define ATTN_FA_SM90_INSTANTIATE_HEAD_SIZE(D)                                                  \
-  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, bool, cudaStream_t); \
+  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, bool, bool, cudaStream_t); \
   template bool sm90_prefill_compiled<D>();
 
 }  // namespace attn::fa

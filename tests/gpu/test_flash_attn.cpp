@@ -81,7 +81,9 @@ TEST(FlashAttnGpu, DecodeGqa4Bf16) {
   c.requests = {{37, 1}, {700, 1}, {15, 1}, {256, 1}, {1023, 1}, {1, 1}, {480, 1}, {64, 1}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
+  // The decode tiling, or the sm_90a kernel's 128-row tiles where it takes decodes.
+  const bool sm90 = flash_attn_sm90_passes(make_flash_attn_config(c.spec)) == Sm90Passes::all;
+  EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=decode"), std::string::npos) << r.plan;
 }
 
 TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
@@ -90,7 +92,8 @@ TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
   c.requests = {{0, 97}, {300, 1}, {150, 130}, {77, 1}, {0, 5}, {513, 1}, {40, 64}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  EXPECT_NE(r.plan.find("tiling=prefill"), std::string::npos) << r.plan;
+  const bool sm90 = flash_attn_sm90_passes(make_flash_attn_config(c.spec)) == Sm90Passes::all;
+  EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=prefill"), std::string::npos) << r.plan;
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
@@ -303,11 +306,11 @@ bool pass_uses_sm90(const AttentionSpec& s, const std::vector<RequestShape>& req
   }
   const FlashAttnPass pass =
       make_flash_attn_pass(q, k, true, s.num_q_heads / s.num_kv_heads, s.head_size_qk, s.num_kv_heads, 132, 0,
-                           flash_attn_sm90_available(make_flash_attn_config(s)));
+                           flash_attn_sm90_passes(make_flash_attn_config(s)));
   return flash_attn_uses_sm90(make_flash_attn_config(s), pass.tiling);
 }
 
-TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
+TEST(FlashAttnSm90, Selected) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const bool sm90 = sm90_expected();
   const std::vector<RequestShape> prefill = {{0, 97}, {150, 130}};
@@ -317,10 +320,16 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
   AttentionSpec fp8 = make_spec(32, 8, 128);
   fp8.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8, prefill), sm90);
-  // Declined to the mma.sync kernel: decode, a mixed batch, other head sizes.
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}));
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}));
+  // Decodes and mixed batches over a 16-bit cache: on it too unless ATTN_FA_SM90_DECODE=0 keeps
+  // them on mma.sync; over an fp8 cache always on mma.sync (its decode tiling is faster there).
+  const char* env = std::getenv("ATTN_FA_SM90_DECODE");
+  const bool decodes = sm90 && (env == nullptr || std::string(env) != "0");
+  EXPECT_EQ(flash_attn_sm90_passes(make_flash_attn_config(make_spec(32, 8, 128))),
+            !sm90 ? Sm90Passes::none : decodes ? Sm90Passes::all : Sm90Passes::prefills);
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}), decodes);
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}), decodes);
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
+  EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 1}, {7, 1}}));
   AttentionSpec fp8_192 = make_spec(16, 16, 192);
   fp8_192.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8_192, prefill), sm90);
@@ -328,7 +337,7 @@ TEST(FlashAttnSm90, SelectedOnlyForPrefillSizedBatches) {
 #if !defined(ATTN_QUICK_BUILD)
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
-  EXPECT_FALSE(pass_uses_sm90(make_spec(16, 16, 256), {{0, 97}, {300, 1}}));  // mma.sync, 64-row tiles
+  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), {{0, 97}, {300, 1}}), decodes);  // else mma.sync, 64-row tiles
 #endif
   EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 96), prefill));
 }
@@ -544,10 +553,10 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   const FlashAttnTiling decode = flash_attn_tiling(128, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
   const std::vector<int32_t> q(64, 1), k(64, 4096);
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false, &c).num_splits, 1);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
   c.kv_dtype = DType::fp8_e4m3;
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false, &c).num_splits, 1);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
   // hd64: the 16-bit decode kernel fits 4 CTAs per SM (127 registers; 39 KB of shared memory), the
   // fp8 one 3 (3 stages of 128 keys: 62 KB), so the same batch splits only over fp8: 512 CTAs are
   // 0.97 waves of 528, but 1.29 waves of 396 -> 3 splits.
@@ -555,33 +564,53 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   if (!flash_attn_unsupported_reason(c64).empty()) GTEST_SKIP() << flash_attn_unsupported_reason(c64);
   const FlashAttnTiling decode64 = flash_attn_tiling(64, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 4);
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, false, &c64).num_splits, 1);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 1);
   c64.kv_dtype = DType::fp8_e4m3;
   EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 3);
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, false, &c64).num_splits, 3);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 3);
 }
 
-TEST(FlashAttnSelector, Sm90TilesOf128RowsOnlyWithoutDecodeSizedSequences) {
-  // Host planning only (no device): head size 256 prefills get the sm_90a kernel's 128-row tiles
-  // when it can serve the layer, and keep the mma.sync 64-row tiles next to a decode.
+TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
+  // Host planning only (no device): the sm_90a kernel's 128-row tiles for every sequence of the
+  // passes Sm90Passes gives it; head size 256 prefills need them (its mma.sync tiles are 64 rows).
+  using enum Sm90Passes;
   const std::vector<int32_t> q = {97, 130}, k = {97, 280};
-  const FlashAttnPass mma = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, false);
-  const FlashAttnPass sm90 = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, true);
+  const FlashAttnPass mma = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, none);
+  const FlashAttnPass sm90 = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, prefills);
   EXPECT_EQ(mma.tiling.block_m, 64);
+  EXPECT_FALSE(mma.tiling.sm90_tiles);
   EXPECT_EQ(mma.num_tiles(), 2 + 3);  // ceil(97 / 64) + ceil(130 / 64)
   EXPECT_EQ(sm90.tiling.block_m, kSm90BlockM);
-  EXPECT_TRUE(sm90.tiling.no_small_seqs);
+  EXPECT_TRUE(sm90.tiling.sm90_tiles);
   EXPECT_EQ(sm90.num_tiles(), 1 + 2);
-  const FlashAttnPass mixed = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, true);
-  EXPECT_FALSE(mixed.tiling.no_small_seqs);
-  EXPECT_EQ(mixed.tiling.block_m, 64);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, all).num_tiles(), 1 + 2);
+  // Next to a decode: mma.sync 64-row tiles when the kernel takes prefills only, 128-row ones
+  // (the decode is one tile) when it takes all passes.
+  const FlashAttnPass mixed_mma = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, prefills);
+  EXPECT_FALSE(mixed_mma.tiling.sm90_tiles);
+  EXPECT_EQ(mixed_mma.tiling.block_m, 64);
+  const FlashAttnPass mixed = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, all);
+  EXPECT_TRUE(mixed.tiling.sm90_tiles);
+  EXPECT_EQ(mixed.tiling.block_m, kSm90BlockM);
+  EXPECT_EQ(mixed.num_tiles(), 1 + 1);
+  // Decodes alone (GQA 8, one and two tokens): the decode tiling, or one 128-row tile each.
+  for (const Sm90Passes mode : {none, prefills}) {
+    const FlashAttnPass d = make_flash_attn_pass({1, 2}, {300, 40}, true, 8, 128, 8, 132, 0, mode);
+    EXPECT_TRUE(d.tiling.decode);
+    EXPECT_FALSE(d.tiling.sm90_tiles);
+  }
+  const FlashAttnPass decodes = make_flash_attn_pass({1, 2}, {300, 40}, true, 8, 128, 8, 132, 0, all);
+  EXPECT_FALSE(decodes.tiling.decode);
+  EXPECT_TRUE(decodes.tiling.sm90_tiles);
+  EXPECT_EQ(decodes.num_tiles(), 2);
   // Head size 128: the mma.sync prefill tile is already 128 rows either way.
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, false).tiling.block_m, kSm90BlockM);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, none).tiling.block_m, kSm90BlockM);
   // The MLA prefill's head-size-192 tiling (one query head per kv head) is the same rule.
-  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, true).block_m, kSm90BlockM);
-  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, false).block_m, 64);
-  EXPECT_FALSE(flash_attn_pass_tiling({64, 1}, 1, 192, true).no_small_seqs);
-  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, true).block_m, 64);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, prefills).block_m, kSm90BlockM);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, none).block_m, 64);
+  EXPECT_FALSE(flash_attn_pass_tiling({64, 1}, 1, 192, prefills).sm90_tiles);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, prefills).block_m, 64);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, all).block_m, kSm90BlockM);
 }
 
 }  // namespace

@@ -24,25 +24,33 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
   return best;
 }
 
-FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, bool sm90) {
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90) {
   int max_rows = 0;
   for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
   FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
-  t.no_small_seqs = !t.decode;
   for (const int32_t q : query_lens)
-    if (q * gqa <= t.small_block_m) t.no_small_seqs = false;
-  if (sm90 && t.no_small_seqs) t.block_m = kSm90BlockM;
+    if (q * gqa <= t.small_block_m) t.small_seqs = true;
+  if (sm90 == Sm90Passes::all || (sm90 == Sm90Passes::prefills && !t.small_seqs)) {
+    // One tile size for every sequence: a decode-sized one is a single 128-row tile.
+    t.decode = false;
+    t.sm90_tiles = true;
+    t.block_m = t.small_block_m = kSm90BlockM;
+  }
   return t;
 }
 
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin, bool sm90, const FlashAttnConfig* config) {
+                                   int kv_begin, Sm90Passes sm90, const FlashAttnConfig* config) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
   int max_keys = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
   pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90);
+  // CTAs of equal work for the split rule: every sequence decode-sized (one tile each).
+  const int decode_rows = flash_attn_tiling(head_size, 1).small_block_m;
+  const bool all_decodes =
+      std::all_of(query_lens.begin(), query_lens.end(), [&](int32_t q) { return q * gqa <= decode_rows; });
 
   struct Tile {
     int32_t seq, m_block;
@@ -69,7 +77,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   const int per_sm = config != nullptr ? flash_attn_ctas_per_sm(*config, pass.tiling) : 0;
   pass.num_splits =
       flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
-                            pass.tiling.decode);
+                            all_decodes);
   return pass;
 }
 
@@ -83,7 +91,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   FlashAttnSchedule s;
   const CascadeChoice cascade = choose_cascade(b, m, opts.cascade, num_sms);
   const FlashAttnConfig config = make_flash_attn_config(spec);
-  const bool sm90 = flash_attn_sm90_available(config);
+  const Sm90Passes sm90 = flash_attn_sm90_passes(config);
   s.cascade = cascade.use;
   s.cascade_reason = cascade.reason;
 
@@ -109,7 +117,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
 }
 
 std::string FlashAttnSchedule::summary() const {
-  std::string out = "tiles=" + std::to_string(main.num_tiles()) + (main.tiling.decode ? " tiling=decode" : " tiling=prefill") +
+  std::string out = "tiles=" + std::to_string(main.num_tiles()) + (main.tiling.decode ? " tiling=decode" : main.tiling.sm90_tiles ? " tiling=sm90" : " tiling=prefill") +
                     " splits=" + std::to_string(main.num_splits);
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +

@@ -53,19 +53,19 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
 FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 
 // The tiling of one pass over sequences with these query lengths (packed rows = query_len x
-// gqa): flash_attn_tiling of the longest, no_small_seqs when no sequence fits a decode tile, and
-// then, with sm90 (the sm_90a kernel can serve the layer, flash_attn_sm90_available), its
-// 128-row tiles.
-FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, bool sm90);
+// gqa): the sm_90a kernel's 128-row tiles for every sequence when `sm90` (flash_attn_sm90_passes)
+// gives it the pass (all passes, or prefills and no sequence fits a decode tile), else
+// flash_attn_tiling of the longest.
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90);
 
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
-// kv_begin are not attended. The tiling is flash_attn_pass_tiling's (sm90: 128-row tiles for a
-// prefill pass with no decode-sized sequence, which head size 256 needs: its mma.sync tiles are
-// 64 rows). With `config`, the split rule counts the CTAs per SM of the kernel that runs the pass
+// kv_begin are not attended. The tiling is flash_attn_pass_tiling's (head size 256 needs the
+// sm_90a kernel's 128-row tiles: its mma.sync prefill tiles are 64 rows). With `config`, the split rule counts the CTAs per SM of the kernel that runs the pass
 // (flash_attn_ctas_per_sm); without it, or when the device cannot tell, 2.
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin, bool sm90 = false, const FlashAttnConfig* config = nullptr);
+                                   int kv_begin, Sm90Passes sm90 = Sm90Passes::none,
+                                   const FlashAttnConfig* config = nullptr);
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
                                   int num_sms);

@@ -309,7 +309,7 @@ class FlashInferInstance final : public BackendInstance {
       kv_lens.push_back(p.csr.kv_len(r, s.block_size));
     }
     const FlashAttnPass fp = make_flash_attn_pass(q_lens, kv_lens, p.causal, s.num_q_heads / s.num_kv_heads,
-                                                  s.head_size_qk, s.num_kv_heads, num_sms_, 0, true);
+                                                  s.head_size_qk, s.num_kv_heads, num_sms_, 0, Sm90Passes::prefills);
     if (!flash_attn_uses_sm90(c, fp.tiling)) return false;
     p.sm90 = true;
     p.cuda_core_decode = false;

@@ -32,7 +32,7 @@ MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_
                        const std::vector<int32_t>& context_lens, int workspace_tokens, cudaStream_t stream)
     : spec_(spec),
       // The FLASH_ATTN planner's tiling of these prefills (one query head per kv head).
-      tiling_(flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_available(attention_config(spec)))),
+      tiling_(flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_passes(attention_config(spec)))),
       plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
