@@ -142,8 +142,10 @@ bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t)
 
 int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   if (!flash_attn_unsupported_reason(c).empty()) return 0;
-  // The persistent sm_90a kernel keeps the split rule it was measured with.
-  if (flash_attn_uses_sm90(c, t)) return 2;
+  // The persistent sm_90a kernel runs one CTA per SM. Passes with decode-sized sequences count
+  // that (16 x 32k decodes unsplit instead of in 2: 744.5 -> 720.7 us; 16 x 2 tokens at 4k 109.2 ->
+  // 105.4 us); prefill passes keep 2, the rule they were measured with.
+  if (flash_attn_uses_sm90(c, t)) return t.small_seqs ? 1 : 2;
   const bool fp8 = is_fp8(c.kv_dtype);
   switch (c.head_size_qk) {
 #if !defined(ATTN_QUICK_BUILD)

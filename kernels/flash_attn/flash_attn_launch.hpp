@@ -76,8 +76,9 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // CTAs per SM of the kernel that launch_flash_attn_fwd runs for `c` and `t` on the current device
-// (its registers and shared memory decide), for the split rule; 2 for the persistent sm_90a kernel
-// (the rule it was measured with); 0 when unsupported or no device answers.
+// (its registers and shared memory decide), for the split rule; for the persistent sm_90a kernel 1
+// when the pass holds decode-sized sequences, else 2 (the rule its prefills were measured with);
+// 0 when unsupported or no device answers.
 int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws

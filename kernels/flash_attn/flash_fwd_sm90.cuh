@@ -3,9 +3,10 @@
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
 // Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
-// dtype or an fp8 one (widened to fp16 in shared memory by the producer),
-// the prefill tiling (128 packed query rows per CTA). Everything else (decode, other head sizes,
-// sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+// dtype or an fp8 one (widened to fp16 in shared memory by the producer), 128 packed query rows per
+// tile: prefills, and with a 16-bit cache decodes and mixed batches too (a decode is one tile of
+// G x q_len rows; flash_attn_sm90_passes). Everything else (fp8 decodes, head size 96, sm_80) stays
+// on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
 // tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128

@@ -570,6 +570,25 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 3);
 }
 
+TEST(FlashAttnSelector, SplitRuleOnTheSm90KernelsDecodes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // The persistent sm_90a kernel counts one CTA per SM for passes with decode-sized sequences: 16
+  // decodes x 8 kv heads = 128 items stay unsplit on 132 SMs (2 splits at 2 CTAs per SM), 8 x 8 = 64
+  // split in 2. Prefill passes keep 2 CTAs per SM.
+  const FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
+  if (flash_attn_sm90_passes(c) != Sm90Passes::all) GTEST_SKIP() << "the sm_90a kernel does not take decodes here";
+  const FlashAttnPass d16 = make_flash_attn_pass(std::vector<int32_t>(16, 1), std::vector<int32_t>(16, 32768), true, 4,
+                                                 128, 8, 132, 0, Sm90Passes::all, &c);
+  EXPECT_EQ(flash_attn_ctas_per_sm(c, d16.tiling), 1);
+  EXPECT_EQ(d16.num_splits, 1);
+  EXPECT_EQ(make_flash_attn_pass(std::vector<int32_t>(8, 1), std::vector<int32_t>(8, 16384), true, 4, 128, 8, 132, 0,
+                                 Sm90Passes::all, &c)
+                .num_splits,
+            2);
+  EXPECT_EQ(flash_attn_ctas_per_sm(c, make_flash_attn_pass({512}, {512}, true, 4, 128, 8, 132, 0, Sm90Passes::all, &c).tiling),
+            2);
+}
+
 TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
   // Host planning only (no device): the sm_90a kernel's 128-row tiles for every sequence of the
   // passes Sm90Passes gives it; head size 256 prefills need them (its mma.sync tiles are 64 rows).
@@ -603,6 +622,15 @@ TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
   EXPECT_FALSE(decodes.tiling.decode);
   EXPECT_TRUE(decodes.tiling.sm90_tiles);
   EXPECT_EQ(decodes.num_tiles(), 2);
+  // A mixed pass on it: decode tiles spread among the prefill tiles, each kind longest first.
+  // Tiles (seq, m_block, keys) at GQA 4: prefills (3, 1, 1000), (3, 0, 968), (4, 1, 40), (4, 0, 32);
+  // decodes (0, 0, 900), (1, 0, 700), (2, 0, 500).
+  const std::vector<int32_t> mq = {1, 1, 1, 64, 40}, mk = {900, 700, 500, 1000, 40};
+  EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, all).tiles,
+            (std::vector<int32_t>{3, 1, 0, 0, 3, 0, 1, 0, 4, 1, 2, 0, 4, 0}));
+  // On the mma.sync kernel one order, longest first.
+  EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, prefills).tiles,
+            (std::vector<int32_t>{3, 1, 3, 0, 0, 0, 1, 0, 2, 0, 4, 1, 4, 0}));
   // Head size 128: the mma.sync prefill tile is already 128 rows either way.
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, none).tiling.block_m, kSm90BlockM);
   // The MLA prefill's head-size-192 tiling (one query head per kv head) is the same rule.

@@ -69,6 +69,24 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   }
   // Longest first: the last wave then holds the short tiles (causal prefill, mixed batches).
   std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.keys > b.keys; });
+  // The sm_90a kernel's mixed passes: decode tiles spread evenly among the prefill tiles (each list
+  // longest first), so that at any time some CTAs stream decode pages while the others compute
+  // prefill tiles. Longest first alone put every decode (2k keys) before the prefill tiles (<= 1.5k)
+  // of a chunked-prefill step: the memory idled in the compute phase and the tensor cores in the
+  // streaming one (H100, 48 decodes at 2k + 2 x 512 on 1k: 208.3 -> 187.4 us).
+  if (pass.tiling.sm90_tiles) {
+    std::vector<Tile> dec, pre;
+    for (const Tile& t : tiles) (query_lens[static_cast<size_t>(t.seq)] * gqa <= decode_rows ? dec : pre).push_back(t);
+    if (!dec.empty() && !pre.empty()) {
+      // Next from the list whose next tile sits earlier in its own list's share of the order.
+      tiles.clear();
+      size_t i = 0, j = 0;
+      while (i < pre.size() || j < dec.size()) {
+        const bool take_pre = j == dec.size() || (i < pre.size() && (2 * i + 1) * dec.size() <= (2 * j + 1) * pre.size());
+        tiles.push_back(take_pre ? pre[i++] : dec[j++]);
+      }
+    }
+  }
   pass.tiles.reserve(tiles.size() * 2);
   for (const Tile& t : tiles) {
     pass.tiles.push_back(t.seq);
