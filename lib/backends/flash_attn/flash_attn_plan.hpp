@@ -38,7 +38,8 @@ struct FlashAttnSchedule {
 // fills a share eff(s) = waves / ceil(waves) of the slots.
 // - Fewer CTAs than SMs: the fewest s <= min(kMaxSplits, max_keys / kMinSplitKeys) with
 //   eff(s) >= 0.95, or the best eff when none (one wave of up to ctas_per_sm CTAs per SM).
-// - Otherwise no split, except for CTAs of equal work (a decode pass, equal_ctas) in more than one
+// - Otherwise no split, except for CTAs of equal work (a decode pass of the mma.sync kernel,
+//   equal_ctas; the persistent sm_90a kernel has no waves) in more than one
 //   wave whose last wave would leave more than 15 % of the slots idle (eff(1) < 0.85); then the
 //   same search. A split costs a partial write and a merge, and prefill tiles differ in length.
 // Measured on the H100 (3 rounds, median of 30): fp8 64 x 4k decode (512 CTAs, 3 per SM) took
