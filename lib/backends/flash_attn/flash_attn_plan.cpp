@@ -143,7 +143,8 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
 }
 
 std::string FlashAttnSchedule::summary() const {
-  std::string out = "tiles=" + std::to_string(main.num_tiles()) + (main.tiling.decode ? " tiling=decode" : main.tiling.sm90_tiles ? " tiling=sm90" : " tiling=prefill") +
+  const char* tiling = main.tiling.decode ? "decode" : main.tiling.sm90_tiles ? "sm90" : "prefill";
+  std::string out = "tiles=" + std::to_string(main.num_tiles()) + " tiling=" + tiling +
                     " splits=" + std::to_string(main.num_splits);
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
