@@ -29,14 +29,39 @@ __device__ __forceinline__ FiKeyRange chunk_keys(const FiAttentionParams& p, int
   return k;
 }
 
-// Element offset of key `key` (within its request, whose pages start at indices[page_first])
-// of kv head `kvh`, dim 0.
-__device__ __forceinline__ int64_t kv_offset(const FiPagedKv& kv, int page_first, int key, int kvh) {
-  const int page_idx = key / kv.page_size;
-  const int slot = key - page_idx * kv.page_size;
-  return static_cast<int64_t>(kv.indices[page_first + page_idx]) * kv.page_stride + kvh * kv.head_stride +
-         slot * kv.slot_stride;
-}
+// Addresses of the K/V rows of the next key tiles, in shared memory (FlashInfer's kv-offset
+// prefetch): thread i owns row i of every tile. It reads its row's page entry (fetch) one
+// iteration before the tile's copies are issued and stores the address (store) at the end of
+// that iteration, so neither the index load nor the page division sits between a tile landing
+// and the next copies. Table n % kStages holds tile n; tile n's table is written while tile
+// n - kStages's copies are done by every thread (a barrier separates them).
+template <int kRows, int kStages>
+struct RowAddressTable {
+  int64_t* addr;  // [kStages][kRows] bytes from the K (or V) base: this kv head, dim 0
+  int row;        // the row this thread fills; >= kRows: none
+
+  // Page id of this thread's row in tile n (key key0 + n * kRows + row of the request whose
+  // pages start at indices[page_first]) and its slot; -1 past key_end or past the tiles.
+  __device__ __forceinline__ int fetch(const FiPagedKv& kv, int page_first, int key0, int key_end, int n,
+                                       int num_tiles, uint32_t& slot) const {
+    const int key = key0 + n * kRows + row;
+    slot = 0;
+    if (row >= kRows || n >= num_tiles || key >= key_end) return -1;
+    uint32_t page;
+    kv.page_size_div.divmod(static_cast<uint32_t>(key), page, slot);
+    return kv.indices[page_first + static_cast<int>(page)];
+  }
+  // A row past the keys keeps address 0: its copy zero-fills without reading.
+  __device__ __forceinline__ void store(const FiPagedKv& kv, int n, int page_id, uint32_t slot, int kvh,
+                                        int elem_bytes) const {
+    if (row >= kRows) return;
+    addr[(n % kStages) * kRows + row] =
+        page_id < 0 ? 0
+                    : (static_cast<int64_t>(page_id) * kv.page_stride + kvh * kv.head_stride +
+                       static_cast<int64_t>(slot) * kv.slot_stride) * elem_bytes;
+  }
+  __device__ __forceinline__ const int64_t* tile(int n) const { return addr + (n % kStages) * kRows; }
+};
 
 // Raw q.k -> score in log2 units. q (or the raw product) is multiplied by `q`; with a soft cap
 // the result is cap * log2e * tanh(x), i.e. cap * tanh(logit / cap) in log2 units.

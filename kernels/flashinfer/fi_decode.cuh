@@ -9,6 +9,7 @@
 // by all G heads (FlashInfer gives each head its own threads, which widens every vector G times:
 // measured 2150 GB/s against 2900 for MHA on 64 x 4k; DESIGN.md). Softmax runs online in fp32 in
 // log2 units; the slices merge their states in shared memory at the end.
+// The copies take their row addresses from a RowAddressTable (fi_attention.cuh), one per stage.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -71,10 +72,13 @@ struct DecodeTraits {
   }
   static constexpr int kStages = stages_for();
   static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kTableBytes = kStages * kStageKeys * 8;  // row addresses, after the ring
   static constexpr int kEpiBytes = kBdz * kGroup * (kHeadDim + 2) * 4;
-  static constexpr int kSmemBytes = kRingBytes > kEpiBytes ? kRingBytes : kEpiBytes;
+  static constexpr int kMainBytes = kRingBytes + kTableBytes;
+  static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
   static_assert(kBdx <= 32 && 32 % kBdx == 0, "a score's lanes must sit in one warp");
   static_assert(kGroup <= kBdz, "the epilogue gives each query head one key slice of threads");
+  static_assert(kStageKeys <= kThreads, "one thread per row of a stage's address table");
 };
 
 // kVec cache elements (kThreadBytes, 16-byte aligned) -> float.
@@ -145,16 +149,20 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
     }
   }
 
+  const int num_iters = key_end > key_begin ? (key_end - key_begin + Tr::kStageKeys - 1) / Tr::kStageKeys : 0;
   const int page_first = p.kv.indptr[r];
+  const RowAddressTable<Tr::kStageKeys, kStages> table{reinterpret_cast<int64_t*>(smem + Tr::kRingBytes),
+                                                      tz * kBdx + tx};
   auto load_stage = [&](int iter, int stage) {
     uint8_t* sk = smem + stage * Tr::kStageBytes;
     uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
+    const int64_t* addr = table.tile(iter);
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
       const int row = tz * kTile + j;
       const int key = key_begin + iter * Tr::kStageKeys + row;
       const bool valid = key < key_end;
-      const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * Tr::kKvBytes + tx * Tr::kThreadBytes : 0;
+      const int64_t off = addr[row] + tx * Tr::kThreadBytes;
 #pragma unroll
       for (int c = 0; c < Tr::kThreadBytes; c += 16) {
         cp_async_16(sk + row * Tr::kRowBytes + tx * Tr::kThreadBytes + c, static_cast<const uint8_t*>(p.kv.k) + off + c, valid);
@@ -163,7 +171,13 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
     }
   };
 
-  const int num_iters = key_end > key_begin ? (key_end - key_begin + Tr::kStageKeys - 1) / Tr::kStageKeys : 0;
+#pragma unroll
+  for (int n = 0; n < kStages; ++n) {
+    uint32_t slot;
+    const int page_id = table.fetch(p.kv, page_first, key_begin, key_end, n, num_iters, slot);
+    table.store(p.kv, n, page_id, slot, kvh, Tr::kKvBytes);
+  }
+  __syncthreads();  // the first kStages tables
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_iters) load_stage(s, s);
@@ -182,6 +196,8 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
     __syncthreads();  // stage it landed for all; every thread is done with stage it - 1
     if (it + kStages - 1 < num_iters) load_stage(it + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
+    uint32_t next_slot;  // table of stage load it + kStages, stored at the end of the iteration
+    const int next_page = table.fetch(p.kv, page_first, key_begin, key_end, it + kStages, num_iters, next_slot);
 
     const uint8_t* sk = smem + (it % kStages) * Tr::kStageBytes + tz * kTile * Tr::kRowBytes + tx * Tr::kThreadBytes;
     const uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
@@ -217,6 +233,7 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
 #pragma unroll
         for (int i = 0; i < kVec; ++i) o[h][i] = fmaf(s[h][j], v[i], o[h][i]);
     }
+    table.store(p.kv, it + kStages, next_page, next_slot, kvh, Tr::kKvBytes);
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -9,6 +9,8 @@
 // (lse2 = lse / ln 2); the backend converts to the natural log only when it reports them.
 #include <cstdint>
 
+#include "kernels/common/fast_div.hpp"
+
 namespace attn {
 
 // One paged KV cache, NHD or HND, through its strides (elements of the cache dtype).
@@ -19,6 +21,7 @@ struct FiPagedKv {
   const int32_t* indices;        // [indptr[num_reqs]] page ids
   const int32_t* last_page_len;  // [num_reqs] keys in the last page (1 .. page_size)
   int page_size;
+  FastDivU32 page_size_div;  // page_size, for key / page_size without a division instruction
   int64_t page_stride;  // NHD: page_size * Hkv * D; HND: Hkv * page_size * D
   int64_t head_stride;  // NHD: D; HND: page_size * D
   int64_t slot_stride;  // NHD: Hkv * D; HND: D

@@ -60,10 +60,14 @@ struct PrefillTraits {
   static constexpr int kRawTileBytes = kTileKv * kHeadDim;     // one fp8 K or V tile
   static constexpr int kStages = 2;
   static constexpr int kMainBytes = kQBytes + kStages * 2 * (kKvFp8 ? kRawTileBytes : kTileBytes);
+  static constexpr int kTableOffset = kMainBytes;  // row addresses of kStages tiles after the ring
+  static constexpr int kTableBytes = kStages * kTileKv * 8;
   static constexpr int kEpiBytes = kWarpsKv > 1 ? kWarpsKv * kTileQ * (kHeadDim + 2) * 4 : 0;
-  static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
+  static constexpr int kSmemBytes =
+      kMainBytes + kTableBytes > kEpiBytes ? kMainBytes + kTableBytes : kEpiBytes;
   static_assert(kTileQ == 16 || kTileQ == 64 || kTileQ == 128, "FlashInfer's q tiles");
   static_assert(kChunks >= 8, "the swizzle needs 8 chunks per row");
+  static_assert(kTileKv <= kThreads, "one thread per row of a tile's address table");
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of kChunks chunks per row.
@@ -142,12 +146,14 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   const int page_first = p.kv.indptr[r];
   constexpr int kKvBytes = Tr::kKvFp8 ? 1 : 2;
   constexpr int kLoadChunks = D * kKvBytes / 16;  // 16-byte loads per cache row
+  const RowAddressTable<kTileKv, Tr::kStages> table{reinterpret_cast<int64_t*>(smem + Tr::kTableOffset), tid};
   auto load_tile = [&](int t, int stage) {
+    const int64_t* addr = table.tile(t);
     for (int c = tid; c < kTileKv * kLoadChunks; c += Tr::kThreads) {
       const int row = c / kLoadChunks, col = c % kLoadChunks;
       const int key = key_lo + t * kTileKv + row;
       const bool valid = key < key_hi;
-      const int64_t off = valid ? kv_offset(p.kv, page_first, key, kvh) * kKvBytes + col * 16 : 0;
+      const int64_t off = addr[row] + col * 16;
       if constexpr (Tr::kKvFp8) {
         uint8_t* dst = sKV + stage * 2 * Tr::kRawTileBytes + swizzle<Tr::kRawChunks>(row, col);
         cp_async_16(dst, static_cast<const uint8_t*>(p.kv.k) + off, valid);
@@ -180,6 +186,13 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     row_sum[mi][0] = row_sum[mi][1] = 0.f;
   }
 
+#pragma unroll
+  for (int n = 0; n < Tr::kStages; ++n) {
+    uint32_t slot;
+    const int page_id = table.fetch(p.kv, page_first, key_lo, key_hi, n, num_tiles, slot);
+    table.store(p.kv, n, page_id, slot, kvh, kKvBytes);
+  }
+  __syncthreads();  // the first kStages tables
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
   if constexpr (kQToHalf) {
@@ -195,6 +208,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     __syncthreads();  // tile t landed for all; every warp is done with tile t - 1
     if (t + 1 < num_tiles) load_tile(t + 1, (t + 1) % Tr::kStages);
     cp_async_commit();
+    uint32_t next_slot;  // table of tile t + kStages, stored at the end of the iteration
+    const int next_page = table.fetch(p.kv, page_first, key_lo, key_hi, t + Tr::kStages, num_tiles, next_slot);
 
     const uint8_t* sK;
     const uint8_t* sV;
@@ -328,6 +343,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
         }
       }
     }
+    table.store(p.kv, t + Tr::kStages, next_page, next_slot, kvh, kKvBytes);
   }
   cp_async_wait<0>();
 

@@ -385,6 +385,7 @@ class FlashInferInstance final : public BackendInstance {
     p.kv.indices = pass.indices_d.as<int32_t>();
     p.kv.last_page_len = pass.last_page_len_d.as<int32_t>();
     p.kv.page_size = s.block_size;
+    p.kv.page_size_div = FastDivU32(static_cast<uint32_t>(s.block_size));
     p.kv.page_stride = view_.k.block;
     p.kv.head_stride = view_.k.head;
     p.kv.slot_stride = view_.k.slot;
