@@ -34,6 +34,32 @@ struct OnlineSoftmaxRow {
     return corr;
   }
 
+  // As update(), but the max the probabilities are taken against (m) only moves when the
+  // scores exceed it by more than kLazyRescaleLog2: below that, p_j <= 2^kLazyRescaleLog2 and
+  // the factor returned is exactly 1, so the caller can skip rescaling its output. d, the output
+  // and m stay consistent (d = sum 2^(s - m)), so lse2() and absorb() are unchanged; only the
+  // scale of the intermediate sums differs, far from fp32's range at 2^8.
+  static constexpr float kLazyRescaleLog2 = 8.f;
+  template <int N>
+  __device__ __forceinline__ float update_lazy(float (&s)[N]) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N; ++j) mx = fmaxf(mx, s[j]);
+    const bool grow = mx > m + kLazyRescaleLog2;  // also the first visible key (m = -inf)
+    const float m_new = grow ? mx : m;
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: keep P = 0
+    const float corr = grow ? fast_exp2(m - m_use) : 1.f;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      s[j] = fast_exp2(s[j] - m_use);
+      sum += s[j];
+    }
+    d = d * corr + sum;
+    m = m_new;
+    return corr;
+  }
+
   // Merges another state (m2, d2) in. Returns the factor for this state's output; the other
   // output's factor is left in last_weight.
   __device__ __forceinline__ float absorb(float m2, float d2) {

@@ -210,19 +210,43 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
       load_row_vec<Tr>(kv, sk + j * Tr::kRowBytes, e5m2);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
-        float dot = 0.f;
+        float dot[2] = {0.f, 0.f};  // two chains: half the dependent FMA latency
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) dot = fmaf(q[h][i], kv[i], dot);
+        for (int i = 0; i < kVec; ++i) dot[i % 2] = fmaf(q[h][i], kv[i], dot[i % 2]);
+        float x = dot[0] + dot[1];
 #pragma unroll
-        for (int off = kBdx / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        s[h][j] = key0 + j < key_end ? sc.apply(dot) : -INFINITY;
+        for (int off = kBdx / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+        s[h][j] = x;
       }
     }
+    // The soft cap is fixed at plan time (one uniform branch per stage); only a stage reaching
+    // past the keys masks.
+    if (sc.cap2 > 0.f) {
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int j = 0; j < kTile; ++j) s[h][j] = sc.apply(s[h][j]);
+    }
+    if (key0 + kTile > key_end) {
+#pragma unroll
+      for (int j = 0; j < kTile; ++j)
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+          if (key0 + j >= key_end) s[h][j] = -INFINITY;
+    }
+    // O is rescaled only when some row's running max moved (update_lazy), decided per warp.
+    float corr[G];
+    bool rescale = false;
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      const float corr = st[h].update(s[h]);
+      corr[h] = st[h].update_lazy(s[h]);
+      rescale |= corr[h] != 1.f;
+    }
+    if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) o[h][i] *= corr;
+      for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) o[h][i] *= corr[h];
     }
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {

@@ -126,6 +126,26 @@ TEST(FlashInferGpu, DecodeTensorCoresForGroupsAboveFour) {
   }
 }
 
+TEST(FlashInferGpu, PageSizesNotPowersOfTwo) {
+  // The kernels divide keys by the page size with a multiply-high (FastDivU32) when they fill
+  // their row-address tables: pages of 24 and 80 keys through the CUDA-core decode (group 4),
+  // the tensor-core decode (group 8) and FlashInfer's own prefill, ragged tails included.
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (int bs : {24, 80}) {
+    for (int g : {4, 8}) {
+      Case c{make_spec(2 * g, 2, 128, DType::bf16, bs)};
+      c.requests = {{900, 1}, {1, 1}, {4001, 1}, {77, 1}, {bs - 1, 1}, {bs, 1}};
+      const Outcome r = run_case(c);
+      EXPECT_VALID(r) << " (page size " << bs << ", group " << g << ")";
+      EXPECT_NE(r.plan.find(g <= 4 ? "decode:cuda_cores" : "decode:tile_q=16"), std::string::npos) << r.plan;
+    }
+    Case pre{make_spec(8, 2, 128, DType::bf16, bs)};
+    pre.requests = {{0, 97}, {150, 1}, {333, 200}, {bs + 1, 64}};
+    pre.sm90_prefill = false;
+    EXPECT_VALID(run_case(pre)) << " (page size " << bs << ", mma.sync prefill)";
+  }
+}
+
 TEST(FlashInferGpu, SplitKvForFewLongDecodes) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(8, 2, 128)};
