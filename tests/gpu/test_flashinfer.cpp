@@ -285,20 +285,29 @@ TEST(FlashInferGpu, Fp8DecodeRunsOnTensorCoresAndAgreesWithCudaCores) {
 }
 
 TEST(FlashInferGpu, CascadeMatchesNonCascade) {
+  // Level 0 (every token against the shared prefix) runs the sm_90a kernel on an sm_90a device,
+  // in kv splits with a slot each, or FlashInfer's own prefill; both must merge with level 1 to
+  // the non-cascade result.
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(16, 4, 128)};
   c.spec.logits_soft_cap = 30.0f;
-  c.shared_prefix_len = 512;
-  for (int i = 0; i < 12; ++i) c.requests.push_back({512 + 37 * i, 1});
-  c.requests.push_back({600, 45});
-  c.cascade = CascadeMode::on;
-  const Outcome on = run_case(c);
-  EXPECT_VALID(on);
-  EXPECT_NE(on.plan.find("cascade=on"), std::string::npos) << on.plan;
+  c.shared_prefix_len = 2048;
+  for (int i = 0; i < 12; ++i) c.requests.push_back({2048 + 37 * i, 1});
+  c.requests.push_back({2100, 45});
   c.cascade = CascadeMode::off;
   const Outcome off = run_case(c);
   EXPECT_VALID(off);
-  EXPECT_LT(diff_outputs(on.out, off.out).rel_l2, 1e-2);
+  for (const bool sm90 : {true, false}) {
+    c.cascade = CascadeMode::on;
+    c.sm90_prefill = sm90;
+    const Outcome on = run_case(c);
+    EXPECT_VALID(on) << (sm90 ? " (level 0 on sm90)" : " (level 0 on mma.sync)");
+    EXPECT_NE(on.plan.find("cascade=on"), std::string::npos) << on.plan;
+    const bool level0_sm90 = on.plan.find("cascade_prefix:sm90") != std::string::npos;
+    EXPECT_EQ(level0_sm90, sm90 && testing::sm90_device()) << on.plan;
+    if (level0_sm90) EXPECT_NE(on.plan.find(" splits="), std::string::npos) << "expected kv splits: " << on.plan;
+    EXPECT_LT(diff_outputs(on.out, off.out).rel_l2, 1e-2);
+  }
 }
 
 TEST(FlashInferGpu, CudaGraphReplay) {

@@ -80,7 +80,8 @@ struct Pass {
   bool cuda_core_decode = false;  // else the prefill kernel
   bool causal = true;
   int token_begin = 0, num_tokens = 0;  // internal token rows of this part
-  int slot = -1;                        // -1: the final O; 0/1: the cascade level's fp32 slot
+  int slot = -1;                        // -1: the final O; >= 0: the cascade level's first fp32 slot
+  int num_slots = 1;                    // cascade level 0 on the sm_90a kernel: one slot per kv split
   PagedKvCsr csr;
   int cta_tile_q = 0;
   int chunk_pages = 0;
@@ -145,8 +146,9 @@ class FlashInferInstance final : public BackendInstance {
     tmp_o_ = DeviceBuffer(partial_rows * s.num_q_heads * D * sizeof(float));
     tmp_lse_ = DeviceBuffer(partial_rows * s.num_q_heads * sizeof(float));
     if (cascade_.use) {
-      slot_o_ = DeviceBuffer(2 * rows * D * sizeof(float));
-      slot_lse_ = DeviceBuffer(2 * rows * sizeof(float));
+      slots_allocated_ = cascade_slots_;
+      slot_o_ = DeviceBuffer(cascade_slots_ * rows * D * sizeof(float));
+      slot_lse_ = DeviceBuffer(cascade_slots_ * rows * sizeof(float));
     }
     upload_passes();
     ATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -154,6 +156,9 @@ class FlashInferInstance final : public BackendInstance {
 
   void plan() override {
     plan_passes();
+    if (cascade_.use && cascade_slots_ > slots_allocated_)
+      throw RuntimeError("FLASHINFER plan: the cascade needs " + std::to_string(cascade_slots_) +
+                         " level slots, the workspace holds " + std::to_string(slots_allocated_));
     upload_passes();
   }
 
@@ -164,9 +169,11 @@ class FlashInferInstance final : public BackendInstance {
     write_cache(k_new_.data(), v_new_.data());
     for (const Pass& p : passes_) run_pass(p);
     if (cascade_.use) {
-      // O = merge(level 0: the shared prefix, level 1: each request's own pages), base 2.
-      MergeAttnParams mp = merge_params(slot_o_.as<float>(), slot_lse_.as<float>(), o_.data(), lse_.as<float>(), 2,
-                                        static_cast<int>(batch_.num_tokens()), s.num_q_heads, s.head_size_v);
+      // O = merge(level 0: the shared prefix, in one slot per kv split; level 1: each request's own
+      // pages, the last slot), base 2.
+      MergeAttnParams mp = merge_params(slot_o_.as<float>(), slot_lse_.as<float>(), o_.data(), lse_.as<float>(),
+                                        cascade_slots_, static_cast<int>(batch_.num_tokens()), s.num_q_heads,
+                                        s.head_size_v);
       mp.lse_base2 = 1;
       launch_merge_attn_states(mp, s.dtype, stream_);
     }
@@ -218,6 +225,7 @@ class FlashInferInstance final : public BackendInstance {
       if (!out.empty()) out += " ";
       if (p.sm90) {
         out += fmt::format("{}:sm90 tile_q={} work={}", p.name, p.cta_tile_q, p.num_work);
+        if (p.num_slots > 1) out += fmt::format(" splits={}", p.num_slots);
         continue;
       }
       out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
@@ -240,7 +248,8 @@ class FlashInferInstance final : public BackendInstance {
     const int skip_pages = cascade_.use ? cascade_.prefix_len / ps : 0;
     const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(internal_, ps, skip_pages);
     const int T = static_cast<int>(internal_.num_actual_tokens);
-    const int level1_slot = cascade_.use ? 1 : -1;
+    int level1_slot = -1;
+    cascade_slots_ = 0;
 
     if (cascade_.use) {
       // Level 0: every token against the shared prefix pages, as one query block, no mask.
@@ -254,7 +263,12 @@ class FlashInferInstance final : public BackendInstance {
       p.csr.paged_kv_indptr = {0, skip_pages};
       p.csr.paged_kv_indices.assign(internal_.block_table.begin(), internal_.block_table.begin() + skip_pages);
       p.csr.paged_kv_last_page_len = {ps};
-      plan_prefill_pass(p);
+      // On sm_90a, the warp-specialised kernel (FlashInfer's Hopper prefill) with FLASH_ATTN's kv
+      // splits writes its fp32 partials straight into slots 0 .. splits - 1; else FlashInfer's
+      // own prefill plan and kernel fill slot 0.
+      if (!plan_sm90_pass(p)) plan_prefill_pass(p);
+      level1_slot = p.num_slots;
+      cascade_slots_ = p.num_slots + 1;
       passes_.push_back(std::move(p));
     }
     if (md.split.num_decodes > 0) {
@@ -295,12 +309,14 @@ class FlashInferInstance final : public BackendInstance {
     }
   }
 
-  // The prefill part on the sm_90a kernel, when it can take it: final O (no cascade level), a
-  // cache of the model dtype or fp8, pages of a multiple of 16 tokens, and no request small enough
-  // for a decode tile.
+  // The prefill part (or cascade level 0) on the sm_90a kernel, when it can take it: the final O or
+  // level 0's slots (level 1 keeps FlashInfer's kernels), a cache of the model dtype or fp8, pages
+  // of a multiple of 16 tokens, and no request small enough for a decode tile.
   bool plan_sm90_pass(Pass& p) const {
     const AttentionSpec& s = batch_.spec;
-    if (!sm90_prefill_enabled(options_) || p.slot >= 0 || (s.kv_cache_dtype != s.dtype && !s.kv_fp8())) return false;
+    const bool level0 = p.slot == 0;
+    if (!sm90_prefill_enabled(options_) || (p.slot >= 0 && !level0) || (s.kv_cache_dtype != s.dtype && !s.kv_fp8()))
+      return false;
     const FlashAttnConfig c = sm90_config(s);
     if (!flash_attn_unsupported_reason(c).empty() || !flash_attn_sm90_available(c)) return false;
     std::vector<int32_t> q_lens, kv_lens;
@@ -327,6 +343,9 @@ class FlashInferInstance final : public BackendInstance {
     p.num_work = p.padded_work = fp.num_tiles();
     p.split = false;
     p.partial_rows = 0;
+    // Level 0 (all tokens against the shared prefix: few tiles, many keys) takes the split rule's
+    // kv splits, each into its own slot; the final O is written unsplit.
+    p.num_slots = level0 ? fp.num_splits : 1;
     return true;
   }
 
@@ -458,13 +477,20 @@ class FlashInferInstance final : public BackendInstance {
     p.lse_token_stride = H;
     p.lse_head_stride = 1;
     p.lse_base2 = 1;  // FlashInfer keeps LSEs in log2 units
+    if (pass.slot >= 0) {
+      // Cascade level 0 (every token, from row 0): split s writes slot pass.slot + s of
+      // [slots, num_tokens, Hq, D] fp32 and its LSE.
+      p.o_partial = slot_o_.as<float>();
+      p.lse_partial = slot_lse_.as<float>();
+      p.partial_offset = pass.slot;
+    }
     p.num_tokens = pass.num_tokens;
     p.num_q_heads = H;
     p.num_kv_heads = s.num_kv_heads;
     p.head_size = D;
     p.block_size = s.block_size;
     p.num_tiles = pass.num_work;
-    p.num_splits = 1;
+    p.num_splits = pass.num_slots;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;
@@ -503,7 +529,10 @@ class FlashInferInstance final : public BackendInstance {
   DeviceBuffer o_;                 // [num_tokens, Hq, D] model dtype, internal order
   DeviceBuffer lse_;               // [num_tokens, Hq] base 2, internal order
   DeviceBuffer tmp_o_, tmp_lse_;   // [partial rows, Hq, D] / [partial rows, Hq] fp32, base 2
-  DeviceBuffer slot_o_, slot_lse_;  // cascade: [2, num_tokens, Hq, D] / [2, num_tokens, Hq] fp32, base 2
+  // cascade: [slots, num_tokens, Hq, D] / [slots, num_tokens, Hq] fp32, base 2: level 0's kv splits,
+  // then level 1
+  DeviceBuffer slot_o_, slot_lse_;
+  int cascade_slots_ = 0, slots_allocated_ = 0;
 };
 
 class FlashInferBackend final : public Backend {
