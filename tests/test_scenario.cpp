@@ -833,7 +833,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "gqa7_qwen2", "sliding_window_mistral", "softcap_window_gemma2", "sinks_gptoss",        "local_attention_llama4",
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
-      "fp8_query_prefill"};
+      "fp8_query_prefill", "decode_peaked_scores"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -921,6 +921,17 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   const BatchShape mp = shape(load("mla_prefill_deepseek"));
   EXPECT_TRUE(std::any_of(mp.requests.begin(), mp.requests.end(),
                           [](const RequestShape& r) { return r.query_len > 1 && r.context_len > 0; }));
+
+  // Peaked scores: decodes only, contexts of hundreds of keys, and a score spread (std 12, ~17 in
+  // log2 units) at which a row's running max keeps rising by more than 2^8 along its keys (the
+  // lazy rescale of FLASHINFER's CUDA-core decode re-bases only past that).
+  const Scenario ps = load("decode_peaked_scores");
+  ASSERT_TRUE(ps.data.logit_std.has_value());
+  EXPECT_GE(*ps.data.logit_std * 1.4426950408889634, 8.0 * 2);
+  for (const RequestShape& r : shape(ps).requests) {
+    EXPECT_EQ(r.query_len, 1);
+    EXPECT_GE(r.context_len, 512);
+  }
 
   // Trace: one step of the shipped trace, on the TP8 rank, with a modest budget.
   const Scenario t = load("trace_azure_conv");
