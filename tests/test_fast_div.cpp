@@ -26,7 +26,8 @@ void expect_exact(uint32_t d, const std::vector<uint32_t>& ns) {
 std::vector<uint32_t> numerators_for(uint32_t d, std::mt19937& rng) {
   std::vector<uint32_t> ns;
   for (uint32_t n = 0; n < 2048; ++n) ns.push_back(n);
-  for (uint64_t k : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000}, uint64_t{65537}, (uint64_t{1} << 32) / d}) {
+  const uint64_t top = (uint64_t{1} << 32) / d;  // the largest multiple of d below 2^32
+  for (uint64_t k : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{1000}, uint64_t{65537}, top}) {
     const uint64_t m = k * d;
     for (int64_t delta = -2; delta <= 2; ++delta) {
       const int64_t n = static_cast<int64_t>(m) + delta;

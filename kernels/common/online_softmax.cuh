@@ -10,35 +10,17 @@
 namespace attn::kern {
 
 struct OnlineSoftmaxRow {
-  float m = -INFINITY;  // running max (log2 units); -inf while no key was visible
+  float m = -INFINITY;  // the max p is taken against (log2 units, within 2^8 of the true one); -inf: none yet
   float d = 0.f;        // sum of 2^(s - m) over the keys seen
   float last_weight = 0.f;  // absorb(): the weight of the absorbed state's output
 
-  // Folds N scores in: s[j] becomes p_j = 2^(s_j - m_new) (0 for masked -inf scores). Returns
-  // the factor by which an output accumulated so far must be multiplied.
-  template <int N>
-  __device__ __forceinline__ float update(float (&s)[N]) {
-    float mx = m;
-#pragma unroll
-    for (int j = 0; j < N; ++j) mx = fmaxf(mx, s[j]);
-    const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
-    const float corr = fast_exp2(m - m_use);
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      s[j] = fast_exp2(s[j] - m_use);
-      sum += s[j];
-    }
-    d = d * corr + sum;
-    m = mx;
-    return corr;
-  }
-
-  // As update(), but the max the probabilities are taken against (m) only moves when the
-  // scores exceed it by more than kLazyRescaleLog2: below that, p_j <= 2^kLazyRescaleLog2 and
-  // the factor returned is exactly 1, so the caller can skip rescaling its output. d, the output
-  // and m stay consistent (d = sum 2^(s - m)), so lse2() and absorb() are unchanged; only the
-  // scale of the intermediate sums differs, far from fp32's range at 2^8.
+  // Folds N scores in: s[j] becomes p_j = 2^(s_j - m) (0 for masked -inf scores). Returns the
+  // factor by which an output accumulated so far must be multiplied. The max the probabilities
+  // are taken against (m) only moves when the scores exceed it by more than kLazyRescaleLog2:
+  // below that, p_j <= 2^kLazyRescaleLog2 and the factor is exactly 1, so the caller can skip
+  // rescaling its output. d, the output and m stay consistent (d = sum 2^(s - m)), so lse2()
+  // and absorb() hold as with an exact running max; only the scale of the intermediate sums
+  // differs, far from fp32's range at 2^8. (FlashAttention-4 re-bases the same way.)
   static constexpr float kLazyRescaleLog2 = 8.f;
   template <int N>
   __device__ __forceinline__ float update_lazy(float (&s)[N]) {
