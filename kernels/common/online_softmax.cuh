@@ -1,7 +1,7 @@
 #pragma once
 // The online-softmax state of one query row in log2 units (scores already multiplied by
-// log2 e): running max m, denominator d = sum 2^(s - m), and the factor that rescales an
-// output accumulated against an older max. Shared by the kernels that keep a row's state in
+// log2 e): a max m kept within 2^8 of the running max, denominator d = sum 2^(s - m), and the
+// factor that rescales an output accumulated against an older m. Shared by the kernels that keep a row's state in
 // one thread (CUDA-core decode) or merge per-slice states in shared memory.
 #include <cmath>
 
