@@ -88,38 +88,79 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   }
 
   // ---- K/V tile loader: zero-fills keys at or past seq_len (their slots are never read) ----
-  // A thread copies the same 16-byte column of rows r0, r0 + kRowStep, ... of every tile, so
-  // its column offset is computed once; a row's cache slot needs one block-table entry
-  // (a shift for power-of-two block sizes).
+  // Thread t copies 16-byte chunks t, t + kThreads, ... of every tile (row-major), so its column
+  // offset is fixed. A row's cache slot needs one block-table entry (a shift for power-of-two
+  // block sizes). The cache pointers and strides are re-read from the (constant-bank)
+  // parameters at every call instead of being held in registers across the main loop.
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   constexpr int kRowChunks = D * kElemBytes / 16;
   constexpr int kChunksPerTile = kBlockN * kRowChunks;
-  // The cache pointers and strides are re-read from the (constant-bank) parameters at every
-  // call instead of being held in registers across the main loop.
-  auto load_kv = [&](int n_tile, int stage) {
-    const int key0 = n_tile * kBlockN;
-    const int bs = p.block_size;
-    const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+  constexpr int kChunksPerThread = (kChunksPerTile + Tr::kThreads - 1) / Tr::kThreads;
+  // Decode, row addresses owned by lanes: the chunks a warp copies in a tile cover at most 32
+  // rows, so lane j computes the byte offset of the warp's j-th row once per tile (one
+  // block-table entry, read two tiles ahead) and each chunk takes its row's offset by shuffle.
+  // Computing it per chunk (an entry load, a division, 64-bit products) was a third of the fp8
+  // decode's instructions, in a kernel that issues on less than half of its cycles (ncu).
+  // Needs whole rows per lane group: head sizes whose rows are not 2^k chunks (96, 192) keep
+  // the per-chunk form, as the prefill does (its registers are all taken).
+  constexpr int kRowsPerPass = kRowChunks < 32 ? 32 / kRowChunks : 1;  // rows of a warp per chunk pass
+  constexpr bool kLaneRows = Tr::kDecode && (32 % kRowChunks == 0 || kRowChunks % 32 == 0) &&
+                             kChunksPerTile % Tr::kThreads == 0 && kChunksPerThread * kRowsPerPass <= 32;
+  const int lane_row = (lane / kRowsPerPass * Tr::kThreads + warp * 32) / kRowChunks + lane % kRowsPerPass;
+  const bool lane_has_row = lane < kChunksPerThread * kRowsPerPass;
+  auto block_shift = [&] { return (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1; };
+  // Block entry of this lane's row in tile n_tile; -1 past the keys (or the split): the table
+  // past a sequence may hold anything and is never read.
+  auto lane_entry = [&](int n_tile) {
+    const int key = n_tile * kBlockN + lane_row;
+    const bool valid = key < seq_len;
+    if (!lane_has_row || n_tile >= n_end || !valid) return -1;
+    const int sh = block_shift();
     const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
-    const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes;
+    return blocks[sh >= 0 ? key >> sh : key / p.block_size];
+  };
+  // Byte offset of this lane's row of tile n_tile from the cache base (head kvh, dim 0); -1: none.
+  auto lane_offset = [&](int n_tile, int entry) -> int64_t {
+    if (entry < 0) return -1;
+    const int key = n_tile * kBlockN + lane_row;
+    const int sh = block_shift();
+    const int slot = sh >= 0 ? key & (p.block_size - 1) : key % p.block_size;
+    return (static_cast<int64_t>(entry) * p.kv_block_stride + static_cast<int64_t>(kvh) * p.kv_head_stride +
+            static_cast<int64_t>(slot) * p.kv_token_stride) * kElemBytes;
+  };
+  // row_off: lane_offset of the tile (kLaneRows only).
+  auto load_kv = [&](int n_tile, int stage, int64_t row_off) {
+    const int key0 = n_tile * kBlockN;
     uint8_t* dst_k = sKV + (2 * stage) * Tr::kKvTileBytes;
 #pragma unroll
-    for (int c0 = 0; c0 < kChunksPerTile; c0 += Tr::kThreads) {
-      const int c = c0 + tid;
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int c = i * Tr::kThreads + tid;
       if (kChunksPerTile % Tr::kThreads != 0 && c >= kChunksPerTile) break;
       const int r = c / kRowChunks, cb = (c % kRowChunks) * 16;  // row, byte column
-      const int key = key0 + r;
-      const bool valid = key < seq_len;
-      const int kk = valid ? key : 0;
-      const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
-      const int slot = kk - blk_idx * bs;
-      const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
-                              kElemBytes + head_off + cb;
       uint8_t* dk = dst_k + r * kKvRow + cb;
-      cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-      cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+      if constexpr (kLaneRows) {
+        const int64_t off =
+            __shfl_sync(0xffffffffu, row_off, i * kRowsPerPass + (kRowChunks < 32 ? lane / kRowChunks : 0));
+        const int64_t src = (off >= 0 ? off : 0) + cb;
+        cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + src, off >= 0);
+        cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + src, off >= 0);
+      } else {
+        const int bs = p.block_size, bs_shift = block_shift();
+        const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+        const int key = key0 + r;
+        const bool valid = key < seq_len;
+        const int kk = valid ? key : 0;
+        const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
+        const int slot = kk - blk_idx * bs;
+        const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
+                                kElemBytes + static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes + cb;
+        cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
+        cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+      }
     }
   };
+  // Decode: block entries of the next two tiles to refill, loaded ahead of their use.
+  int entry_next = -1, entry_after = -1;
 
   // ---- per-thread row facts: rows (g, g + 8) of each 16-row fragment ----
   const int g = lane / 4, tq = lane % 4;
@@ -149,8 +190,12 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   // Prologue: Q and the first kStages - 1 K/V tiles, one commit group per tile.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (n_begin + s < n_end) load_kv(n_begin + s, s);
+    if (n_begin + s < n_end) load_kv(n_begin + s, s, kLaneRows ? lane_offset(n_begin + s, lane_entry(n_begin + s)) : 0);
     cp_async_commit();
+  }
+  if constexpr (kLaneRows) {
+    entry_next = lane_entry(n_begin + kStages - 1);
+    entry_after = lane_entry(n_begin + kStages);
   }
   if constexpr (kQToHalf) {
     // Each thread converts the Q chunks it copied (its own cp.async group, complete once at most
@@ -169,14 +214,20 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     // before waiting, so kStages tiles are in flight while it waits, and pays a second barrier
     // (below) for that. Prefill waits first and needs a single barrier per tile.
     if constexpr (Tr::kDecode) {
-      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
+      if (n_tile + kStages - 1 < n_end)
+        load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages,
+                kLaneRows ? lane_offset(n_tile + kStages - 1, entry_next) : 0);
       cp_async_commit();
+      if constexpr (kLaneRows) {
+        entry_next = entry_after;
+        entry_after = lane_entry(n_tile + kStages + 1);
+      }
       cp_async_wait<kStages - 1>();  // tile n_tile (and Q) landed for this thread ...
       __syncthreads();               // ... and for all
     } else {
       cp_async_wait<kStages - 2>();
       __syncthreads();  // every warp is also done with tile n_tile - 1
-      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages);
+      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages, 0);
       cp_async_commit();
     }
 
