@@ -310,6 +310,30 @@ TEST(FlashInferGpu, CascadeMatchesNonCascade) {
   }
 }
 
+TEST(FlashInferGpu, Fp8CacheNeverTakesTheCascade) {
+  // vLLM's FlashInfer builder refuses the cascade for a cache dtype other than the model's
+  // (FlashInfer's cascade wrapper has one dtype); `--cascade on` cannot force it either.
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c = fp8_case(DType::fp8_e4m3, 4);
+  c.shared_prefix_len = 1024;
+  for (int i = 0; i < 8; ++i) c.requests.push_back({1024 + 40 * i, 1});
+  for (const CascadeMode mode : {CascadeMode::auto_, CascadeMode::on}) {
+    c.cascade = mode;
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r);
+    EXPECT_NE(r.plan.find("cascade=off (kv cache dtype fp8_e4m3 differs from the model dtype bf16"), std::string::npos)
+        << r.plan;
+  }
+  // The same batch over a bf16 cache takes it when forced.
+  Case b{make_spec(16, 4, 128)};
+  b.shared_prefix_len = c.shared_prefix_len;
+  b.requests = c.requests;
+  b.cascade = CascadeMode::on;
+  const Outcome r = run_case(b);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("cascade=on"), std::string::npos) << r.plan;
+}
+
 TEST(FlashInferGpu, CudaGraphReplay) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 8, 128)};

@@ -245,6 +245,15 @@ class FlashInferInstance final : public BackendInstance {
     const int ps = s.block_size;
     passes_.clear();
     cascade_ = choose_cascade(batch_, internal_, opts_.cascade, num_sms_);
+    // vLLM's FlashInfer builder never takes the cascade for a cache dtype other than the model's,
+    // and asks that before its cost rule: FlashInfer's cascade wrapper has no kv dtype of its own
+    // (use_cascade_attention, seed 001). `--cascade on` cannot force it either, as ALiBi or a
+    // window cannot for FLASH_ATTN.
+    if (opts_.cascade != CascadeMode::off && s.kv_cache_dtype != s.dtype) {
+      cascade_ = CascadeChoice{};
+      cascade_.reason = fmt::format("kv cache dtype {} differs from the model dtype {}: FlashInfer's cascade "
+                                    "wrapper takes one dtype", to_string(s.kv_cache_dtype), to_string(s.dtype));
+    }
     const int skip_pages = cascade_.use ? cascade_.prefix_len / ps : 0;
     const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(internal_, ps, skip_pages);
     const int T = static_cast<int>(internal_.num_actual_tokens);
