@@ -210,25 +210,18 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
-    // Refill the stage that tile n_tile - 1 used. Decode is memory-bound: it issues the refill
-    // before waiting, so kStages tiles are in flight while it waits, and pays a second barrier
-    // (below) for that. Prefill waits first and needs a single barrier per tile.
-    if constexpr (Tr::kDecode) {
-      if (n_tile + kStages - 1 < n_end)
-        load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages,
-                kLaneRows ? lane_offset(n_tile + kStages - 1, entry_next) : 0);
-      cp_async_commit();
-      if constexpr (kLaneRows) {
-        entry_next = entry_after;
-        entry_after = lane_entry(n_tile + kStages + 1);
-      }
-      cp_async_wait<kStages - 1>();  // tile n_tile (and Q) landed for this thread ...
-      __syncthreads();               // ... and for all
-    } else {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // every warp is also done with tile n_tile - 1
-      if (n_tile + kStages - 1 < n_end) load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages, 0);
-      cp_async_commit();
+    // Wait for tile n_tile, then refill the stage that tile n_tile - 1 used (every warp is done
+    // with it after the barrier): one barrier per tile, kStages - 1 tiles in flight under the
+    // compute. The decode reads the refill's row addresses from its lanes (entries loaded ahead).
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (n_tile + kStages - 1 < n_end)
+      load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages,
+              kLaneRows ? lane_offset(n_tile + kStages - 1, entry_next) : 0);
+    cp_async_commit();
+    if constexpr (kLaneRows) {
+      entry_next = entry_after;
+      entry_after = lane_entry(n_tile + kStages + 1);
     }
 
     const uint8_t* sK = sKV + (2 * stage) * Tr::kKvTileBytes;
@@ -378,7 +371,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         }
       }
     }
-    if constexpr (Tr::kDecode) __syncthreads();  // the next refill overwrites this stage
   }
   cp_async_wait<0>();
 
