@@ -146,7 +146,6 @@ class FlashInferInstance final : public BackendInstance {
     tmp_o_ = DeviceBuffer(partial_rows * s.num_q_heads * D * sizeof(float));
     tmp_lse_ = DeviceBuffer(partial_rows * s.num_q_heads * sizeof(float));
     if (cascade_.use) {
-      slots_allocated_ = cascade_slots_;
       slot_o_ = DeviceBuffer(cascade_slots_ * rows * D * sizeof(float));
       slot_lse_ = DeviceBuffer(cascade_slots_ * rows * sizeof(float));
     }
@@ -155,10 +154,7 @@ class FlashInferInstance final : public BackendInstance {
   }
 
   void plan() override {
-    plan_passes();
-    if (cascade_.use && cascade_slots_ > slots_allocated_)
-      throw RuntimeError("FLASHINFER plan: the cascade needs " + std::to_string(cascade_slots_) +
-                         " level slots, the workspace holds " + std::to_string(slots_allocated_));
+    plan_passes();  // the schedule setup sized the workspaces for: same batch, same device
     upload_passes();
   }
 
@@ -244,7 +240,6 @@ class FlashInferInstance final : public BackendInstance {
     const AttentionSpec& s = batch_.spec;
     const int ps = s.block_size;
     passes_.clear();
-    cascade_ = choose_cascade(batch_, internal_, opts_.cascade, num_sms_);
     // vLLM's FlashInfer builder never takes the cascade for a cache dtype other than the model's,
     // and asks that before its cost rule: FlashInfer's cascade wrapper has no kv dtype of its own
     // (use_cascade_attention, seed 001). `--cascade on` cannot force it either, as ALiBi or a
@@ -253,6 +248,8 @@ class FlashInferInstance final : public BackendInstance {
       cascade_ = CascadeChoice{};
       cascade_.reason = fmt::format("kv cache dtype {} differs from the model dtype {}: FlashInfer's cascade "
                                     "wrapper takes one dtype", to_string(s.kv_cache_dtype), to_string(s.dtype));
+    } else {
+      cascade_ = choose_cascade(batch_, internal_, opts_.cascade, num_sms_);
     }
     const int skip_pages = cascade_.use ? cascade_.prefix_len / ps : 0;
     const flashinfer::FlashInferMetadata md = flashinfer::build_flashinfer_metadata(internal_, ps, skip_pages);
@@ -541,7 +538,7 @@ class FlashInferInstance final : public BackendInstance {
   // cascade: [slots, num_tokens, Hq, D] / [slots, num_tokens, Hq] fp32, base 2: level 0's kv splits,
   // then level 1
   DeviceBuffer slot_o_, slot_lse_;
-  int cascade_slots_ = 0, slots_allocated_ = 0;
+  int cascade_slots_ = 0;
 };
 
 class FlashInferBackend final : public Backend {
