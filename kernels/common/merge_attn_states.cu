@@ -1,11 +1,20 @@
-// merge_attn_states: combines partial attention states by their log-sum-exp. One warp per
-// (token, head); lanes stride over the head dimension in float4 steps.
+// merge_attn_states: combines partial attention states by their log-sum-exp. One thread per
+// (token, head, 4 columns): every thread reads the LSEs of its row (the row's threads share them
+// through L1) and then all its partials' float4s at once, so a merge costs about one round trip
+// for the LSEs and one for the partials, whatever the head size. (One warp per row striding over
+// the columns waited for one round trip per 128 columns: the partial loads of the next stride
+// could not pass the stores of the last.)
+//
+// Launched with programmatic stream serialization: it may start while the kernel that wrote the
+// partials finishes (FLASHMLA's decode lets it), reads only the host-uploaded partial counts
+// until pdl_wait_for_producer, and returns the launch latency to the tail of that kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/common/ptx.cuh"
@@ -15,13 +24,29 @@ namespace attn {
 namespace {
 
 constexpr int kMaxPartials = 64;
+constexpr int kThreads = 256;
+
+// Four consecutive outputs: one 16-byte (fp32) or 8-byte (16-bit) store.
+template <class Element>
+__device__ __forceinline__ void store4(Element* dst, float4 v) {
+  if constexpr (std::is_same_v<Element, float>) {
+    *reinterpret_cast<float4*>(dst) = v;
+  } else {
+    uint2 w;
+    w.x = kern::pack2<Element>(v.x, v.y);
+    w.y = kern::pack2<Element>(v.z, v.w);
+    *reinterpret_cast<uint2*>(dst) = w;
+  }
+}
 
 template <class Element>
-__global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams p) {
+__global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __grid_constant__ MergeAttnParams p) {
+  const int groups = p.head_size / 4;  // float4 column groups per row
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.num_heads;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t row = idx / groups;
+  const int d = static_cast<int>(idx % groups) * 4;
   if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
 
   // Partial i of this row sits at lse_partial[first + i * stride] (o_partial likewise x head_size).
   int64_t first = row, stride = rows;
@@ -35,39 +60,54 @@ __global__ void merge_attn_states_kernel(const __grid_constant__ MergeAttnParams
     first = begin * seq_rows + row % seq_rows;
     stride = seq_rows;
   }
+  kern::pdl_wait_for_producer();  // the partials come from the kernel before this one
 
   // Weights e^(lse_i - max) / sum (2^ in base 2); a side with lse = -inf weighs 0.
   const bool base2 = p.lse_base2 != 0;
   auto weight = [base2](float x) { return base2 ? exp2f(x) : expf(x); };
+  const float* lse_p = p.lse_partial + first;
   float m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, p.lse_partial[first + i * stride]);
+  for (int i = 0; i < count; ++i) m = fmaxf(m, lse_p[i * stride]);
   const float m_use = m == -INFINITY ? 0.f : m;
   float total = 0.f;
-  for (int i = 0; i < count; ++i) total += weight(p.lse_partial[first + i * stride] - m_use);
+  for (int i = 0; i < count; ++i) total += weight(lse_p[i * stride] - m_use);
   const float inv = total > 0.f ? 1.f / total : 0.f;
 
-  Element* o = static_cast<Element*>(p.o) + row * p.head_size;
-  for (int d = lane * 4; d < p.head_size; d += 128) {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < count; ++i) {
-      const float w = weight(p.lse_partial[first + i * stride] - m_use) * inv;
-      if (w == 0.f) continue;  // an empty side may hold zeros; never read it into the sum
-      const float4 v = *reinterpret_cast<const float4*>(p.o_partial + (first + i * stride) * p.head_size + d);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-    }
-    o[d] = kern::from_float<Element>(acc.x);
-    o[d + 1] = kern::from_float<Element>(acc.y);
-    o[d + 2] = kern::from_float<Element>(acc.z);
-    o[d + 3] = kern::from_float<Element>(acc.w);
+  const float* o_p = p.o_partial + first * p.head_size + d;
+  const int64_t o_stride = stride * p.head_size;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int i = 0; i < count; ++i) {
+    const float w = weight(lse_p[i * stride] - m_use) * inv;
+    if (w == 0.f) continue;  // an empty side may hold anything; never read it into the sum
+    const float4 v = *reinterpret_cast<const float4*>(o_p + i * o_stride);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
   }
-  if (lane == 0 && p.lse) {
+  store4(static_cast<Element*>(p.o) + row * p.head_size + d, acc);
+  if (d == 0 && p.lse) {
     const int64_t token = row / p.num_heads, head = row % p.num_heads;
     p.lse[token * p.lse_token_stride + head * p.lse_head_stride] =
         total > 0.f ? m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
   }
+}
+
+template <class Element>
+void launch(const MergeAttnParams& p, unsigned blocks, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, merge_attn_states_kernel<Element>, p);
+  if (err != cudaSuccess)
+    throw RuntimeError(std::string("merge_attn_states launch failed: ") + cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -79,22 +119,18 @@ void launch_merge_attn_states(const MergeAttnParams& p, DType out_dtype, cudaStr
     throw RuntimeError("launch_merge_attn_states: partials must be in [1, 64]");
   if (p.seq_partials != nullptr && (p.tokens_per_seq < 1 || p.num_tokens % p.tokens_per_seq != 0))
     throw RuntimeError("launch_merge_attn_states: num_tokens must be a multiple of tokens_per_seq");
-  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.num_heads;
-  if (rows == 0) return;
-  constexpr int kWarpsPerBlock = 8;
-  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const int64_t threads = static_cast<int64_t>(p.num_tokens) * p.num_heads * (p.head_size / 4);
+  if (threads == 0) return;
+  const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
   if (out_dtype == DType::f16) {
-    merge_attn_states_kernel<__half><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+    launch<__half>(p, blocks, stream);
   } else if (out_dtype == DType::bf16) {
-    merge_attn_states_kernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+    launch<__nv_bfloat16>(p, blocks, stream);
   } else if (out_dtype == DType::f32) {
-    merge_attn_states_kernel<float><<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
+    launch<float>(p, blocks, stream);
   } else {
     throw RuntimeError("launch_merge_attn_states: output dtype must be fp16, bf16 or fp32");
   }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw RuntimeError(std::string("merge_attn_states launch failed: ") + cudaGetErrorString(err));
 }
 
 }  // namespace attn

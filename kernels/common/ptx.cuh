@@ -98,6 +98,22 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { re
 template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 
+// Programmatic dependent launch (sm_90; no-ops before it and for a launch without the attribute).
+// launch_dependents: the grid launched after this one with programmatic stream serialization may
+// start now (its CTAs take free SM slots and wait); wait_for_producer: block until the grid before
+// this one has completed and its writes are visible. Everything a dependent reads before
+// wait_for_producer must come from earlier than the grid before it (host uploads, for example).
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_for_producer() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // 2^x on the special-function unit (flushes subnormal results to zero, which P never needs).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

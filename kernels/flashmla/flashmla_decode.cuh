@@ -65,6 +65,10 @@ __global__ void __launch_bounds__(DecodeTraits<kWarpsM>::kThreads, 1)
   float* sMax = reinterpret_cast<float*>(sP + Tr::kPElems);  // [kWarpsN][kBlockM]
   float* sSum = sMax + Tr::kWarpsN * Tr::kBlockM;        // [kWarpsN][kBlockM]
 
+  // The combine (merge_attn_states, launched with programmatic stream serialization) may launch
+  // now: its CTAs take the SMs this grid leaves (idle partitions, early finishers) and wait there
+  // for the partials, instead of launching after this grid's last CTA.
+  pdl_launch_dependents();
   const int m_block = blockIdx.x;
   const int32_t* md = p.tile_scheduler_metadata + blockIdx.y * 8;
   const int begin_req = md[0], begin_token = md[1], end_req = md[2], end_token = md[3], begin_split = md[4];

@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Warp and warpgroup indices through a shuffle, so that the compiler sees them warp-uniform and
   // the warpgroup MMAs under conditions on them stay asynchronous.
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
+  pdl_launch_dependents();  // the combine may launch now (flashmla_decode.cuh says why)
   const int m_block = blockIdx.x;
   const int32_t* md = p.tile_scheduler_metadata + blockIdx.y * 8;
   const int begin_req = md[0], begin_token = md[1], end_req = md[2], end_token = md[3], begin_split = md[4];
