@@ -10,11 +10,12 @@
 #include "core/dtype_convert.hpp"
 #include "core/values.hpp"
 #include "kernels/cache/cache_launch.hpp"
+#include "kernels/common/ptx.cuh"
 
 namespace attn {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;  // per token
 
 // ---- storage types and conversions ---------------------------------------------------------
 
@@ -62,16 +63,17 @@ struct alignas(sizeof(T) * N) Vec {
 };
 
 // `rows` rows of `n` elements each (n % VEC == 0), row r at src + r * src_row / dst + r * dst_row:
-// dst = store(load(src)), VEC elements per access. Rows and chunks are flattened over the CTA
-// so that every thread has work even when a row is shorter than the CTA.
+// dst = store(load(src)), VEC elements per access. Rows and chunks are flattened over the
+// `threads` threads of the token (thread `thread` of them) so that every thread has work even
+// when a row is shorter than that.
 template <DType In, DType C, int VEC>
 __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* src, int64_t src_row,
                                              typename Storage<C>::type* dst, int64_t dst_row, int rows, int n,
-                                             float scale) {
+                                             float scale, int thread, int threads) {
   using InV = Vec<typename Storage<In>::type, VEC>;
   using OutV = Vec<typename Storage<C>::type, VEC>;
   const int chunks = n / VEC;
-  for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
+  for (int i = thread; i < rows * chunks; i += threads) {
     const int r = i / chunks, d = (i - r * chunks) * VEC;
     const InV a = *reinterpret_cast<const InV*>(src + r * src_row + d);
     OutV b;
@@ -83,12 +85,20 @@ __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* s
 
 // ---- reshape_and_cache_flash ---------------------------------------------------------------
 
-// One CTA per new token; each kv head's row of D elements is contiguous on both sides.
+// kThreads threads per new token, p.tokens_per_cta tokens per CTA; each kv head's row of D
+// elements is contiguous on both sides. An attention kernel launched after this one with
+// programmatic stream serialization starts at once and waits for these writes only before the
+// tile with its new keys (kernels/common/pdl_launch.hpp); its CTAs need a whole SM each, so a
+// CTA per token held them off as many SMs as the step has decodes (packed: an eighth).
 template <DType In, DType C, int VEC>
-__global__ void __launch_bounds__(kThreads) reshape_and_cache_kernel(const ReshapeAndCacheParams p) {
+__global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
+    reshape_and_cache_kernel(const ReshapeAndCacheParams p) {
   using InT = typename Storage<In>::type;
   using CT = typename Storage<C>::type;
-  const int64_t t = blockIdx.x;
+  kern::pdl_launch_dependents();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * p.tokens_per_cta + threadIdx.x / kThreads;
+  if (t >= p.num_tokens) return;
+  const int thread = static_cast<int>(threadIdx.x % kThreads);
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0) return;  // padding token
   const int64_t block = slot / p.block_size;
@@ -99,8 +109,10 @@ __global__ void __launch_bounds__(kThreads) reshape_and_cache_kernel(const Resha
   const InT* value = static_cast<const InT*>(p.value) + t * p.value_stride;  // [num_kv_heads, head_size_v]
   CT* kc = static_cast<CT*>(p.k_cache) + block * p.k_strides.block + offset * p.k_strides.slot;
   CT* vc = static_cast<CT*>(p.v_cache) + block * p.v_strides.block + offset * p.v_strides.slot;
-  convert_rows<In, C, VEC>(key, p.head_size_k, kc, p.k_strides.head, p.num_kv_heads, p.head_size_k, ks);
-  convert_rows<In, C, VEC>(value, p.head_size_v, vc, p.v_strides.head, p.num_kv_heads, p.head_size_v, vs);
+  convert_rows<In, C, VEC>(key, p.head_size_k, kc, p.k_strides.head, p.num_kv_heads, p.head_size_k, ks, thread,
+                           kThreads);
+  convert_rows<In, C, VEC>(value, p.head_size_v, vc, p.v_strides.head, p.num_kv_heads, p.head_size_v, vs, thread,
+                           kThreads);
 }
 
 // ---- concat_and_cache_mla ------------------------------------------------------------------
@@ -116,9 +128,10 @@ __global__ void __launch_bounds__(kThreads) concat_and_cache_mla_kernel(const Co
   const int offset = static_cast<int>(slot % p.block_size);
   const float s = p.scale_ptr ? *p.scale_ptr : p.scale;
   CT* entry = static_cast<CT*>(p.cache) + block * p.block_stride + offset * p.entry_stride;  // [rank + rope]
-  convert_rows<In, C, VEC>(static_cast<const InT*>(p.kv_c) + t * p.kv_c_stride, 0, entry, 0, 1, p.kv_lora_rank, s);
+  convert_rows<In, C, VEC>(static_cast<const InT*>(p.kv_c) + t * p.kv_c_stride, 0, entry, 0, 1, p.kv_lora_rank, s,
+                           threadIdx.x, blockDim.x);
   convert_rows<In, C, VEC>(static_cast<const InT*>(p.k_pe) + t * p.k_pe_stride, 0, entry + p.kv_lora_rank, 0, 1,
-                           p.rope_dim, s);
+                           p.rope_dim, s, threadIdx.x, blockDim.x);
 }
 
 // ---- dtype dispatch ------------------------------------------------------------------------
@@ -242,6 +255,9 @@ void launch_reshape_and_cache_flash(const ReshapeAndCacheParams& p, cudaStream_t
   if (p.num_tokens == 0) return;
   if (p.block_size <= 0 || p.num_kv_heads <= 0 || p.head_size_k <= 0 || p.head_size_v <= 0)
     throw RuntimeError("reshape_and_cache_flash: bad shape (block_size, num_kv_heads or head sizes <= 0)");
+  if (p.tokens_per_cta != 1 && p.tokens_per_cta != kCacheWriteOverlapTokens)
+    throw RuntimeError("reshape_and_cache_flash: tokens_per_cta must be 1 or " + std::to_string(kCacheWriteOverlapTokens) +
+                       ", got " + std::to_string(p.tokens_per_cta));
   const std::size_t in_b = dtype_size(p.input_dtype), c_b = dtype_size(p.cache_dtype);
   // The vector path needs whole 8-element groups everywhere: rows, strides and bases.
   const bool vec8 = p.head_size_k % 8 == 0 && p.head_size_v % 8 == 0 && p.key_stride % 8 == 0 &&
@@ -252,10 +268,12 @@ void launch_reshape_and_cache_flash(const ReshapeAndCacheParams& p, cudaStream_t
   dispatch_dtypes("reshape_and_cache_flash", p.input_dtype, p.cache_dtype, [&](auto in_tag, auto cache_tag) {
     constexpr DType I = decltype(in_tag)::value;
     constexpr DType C = decltype(cache_tag)::value;
+    const auto ctas = static_cast<unsigned>((p.num_tokens + p.tokens_per_cta - 1) / p.tokens_per_cta);
+    const unsigned threads = kThreads * p.tokens_per_cta;
     if (vec8)
-      reshape_and_cache_kernel<I, C, 8><<<static_cast<unsigned>(p.num_tokens), kThreads, 0, stream>>>(p);
+      reshape_and_cache_kernel<I, C, 8><<<ctas, threads, 0, stream>>>(p);
     else
-      reshape_and_cache_kernel<I, C, 1><<<static_cast<unsigned>(p.num_tokens), kThreads, 0, stream>>>(p);
+      reshape_and_cache_kernel<I, C, 1><<<ctas, threads, 0, stream>>>(p);
   });
   ATTN_CUDA_CHECK_LAUNCH();
 }

@@ -22,6 +22,8 @@ struct CacheStrides {
   int64_t head = 0;   // elements between kv heads
 };
 
+constexpr int kCacheWriteOverlapTokens = 8;  // ReshapeAndCacheParams::tokens_per_cta when packed
+
 // reshape_and_cache_flash: scatter the new tokens' K/V into the paged cache.
 // fp8 caches store convert(value / scale) with saturation; other caches store the value
 // rounded to the cache dtype (scales unused). A negative slot (padding) is skipped.
@@ -43,6 +45,10 @@ struct ReshapeAndCacheParams {
   float v_scale = 1.0f;
   const float* k_scale_ptr = nullptr;  // [1] device scalar (dynamic scales, graph friendly)
   const float* v_scale_ptr = nullptr;  // [1]
+  // Tokens per CTA: 1, or kCacheWriteOverlapTokens when the attention kernel after the write
+  // overlaps it (programmatic dependent launch: it starts on every SM the write leaves free, so
+  // a small step's write is packed onto few SMs; packed, the write itself runs ~1.7 us slower).
+  int tokens_per_cta = 1;
   DType input_dtype = DType::bf16;  // f32 | f16 | bf16
   DType cache_dtype = DType::bf16;  // f32 | f16 | bf16 | fp8_e4m3 | fp8_e5m2
 };

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/merge_launch.hpp"
+#include "kernels/common/pdl_launch.hpp"
 
 namespace attn {
 namespace {
@@ -96,16 +97,8 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
 
 template <class Element>
 void launch(const MergeAttnParams& p, unsigned blocks, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, merge_attn_states_kernel<Element>, p);
+  const cudaError_t err =
+      kern::launch_after_producer(merge_attn_states_kernel<Element>, dim3(blocks), dim3(kThreads), 0, stream, p);
   if (err != cudaSuccess)
     throw RuntimeError(std::string("merge_attn_states launch failed: ") + cudaGetErrorString(err));
 }

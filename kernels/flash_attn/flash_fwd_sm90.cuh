@@ -48,6 +48,7 @@
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
 #include "kernels/common/mbarrier.cuh"
+#include "kernels/common/pdl_launch.hpp"
 #include "kernels/common/sm90_image.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/tma_map.hpp"
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
     setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
+    bool cache_written = false;  // pdl_wait_for_producer returned
     // fp8 cache: producer thread t owns the 16-byte code chunks t, t + 128, ... of every tile's K
     // and V (row-major, kChunks8 per row), so that a warp's copy reads whole 128-byte row segments.
     // The codes land by cp.async inside the bytes that their own row's fp16 widening takes in the
@@ -448,6 +450,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int t = 0; t < num_tiles; ++t) {
         const int u = done + t;
         const int stage = u % kStages;
+        // The cache write ahead of this kernel (launched after it with programmatic stream
+        // serialization) may still run: the first tile holding one of this step's new keys
+        // (seq_len - q_len on) waits for it, the context's tiles before it stream meanwhile.
+        if (!cache_written && (n_begin + t + 1) * kBlockN > seq_len - item.q_len) {
+          pdl_wait_for_producer();
+          cache_written = true;
+        }
         const int box_block = fetch_box_block(n_begin + t);
         const int blk8 = kFp8 ? fp8_page(n_begin + t) : 0;
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
@@ -473,6 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (; widened < done; ++widened) finish_fp8(widened % kStages);
     }
     cp_async_wait_all();  // no copy outlives its thread
+    if (!cache_written) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead of it
     return;
   }
 
@@ -895,7 +905,9 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ctas));
   // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
   const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
-  kernel<<<grid, sm90::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  // After the step's cache write, which lets this kernel launch at once (the producer waits for
+  // it before the first tile with new keys).
+  (void)kern::launch_after_producer(kernel, grid, dim3(sm90::kThreads), Tr::kSmemBytes, stream, p, maps);
 }
 
 template <int kHeadDim>
