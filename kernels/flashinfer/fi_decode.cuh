@@ -19,6 +19,7 @@
 
 #include "kernels/common/fp8_widen.cuh"
 #include "kernels/common/online_softmax.cuh"
+#include "kernels/common/pdl_launch.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/flashinfer/fi_attention.cuh"
 #include "kernels/flashinfer/fi_params.hpp"
@@ -119,7 +120,10 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int work = blockIdx.x;
-  if (work >= *p.num_work) return;  // CUDA-graph padding: never reads an unplanned entry
+  if (work >= *p.num_work) {  // CUDA-graph padding: never reads an unplanned entry
+    pdl_wait_for_producer();  // no CTA finishes before the kernel ahead of it (below)
+    return;
+  }
   const int kvh = blockIdx.y;
   const int tx = threadIdx.x, tz = threadIdx.z;
 
@@ -153,7 +157,16 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
   const int page_first = p.kv.indptr[r];
   const RowAddressTable<Tr::kStageKeys, kStages> table{reinterpret_cast<int64_t*>(smem + Tr::kRingBytes),
                                                       tz * kBdx + tx};
+  // This kernel launches after the step's cache write with programmatic stream serialization:
+  // the first stage holding one of the request's new keys (the last qo_len) waits for the write,
+  // the stages before it stream meanwhile.
+  const int new_keys_begin = kr.kv_len - static_cast<int>(p.qo_indptr[r + 1] - token);
+  bool cache_written = false;
   auto load_stage = [&](int iter, int stage) {
+    if (!cache_written && key_begin + (iter + 1) * Tr::kStageKeys > new_keys_begin) {
+      pdl_wait_for_producer();
+      cache_written = true;
+    }
     uint8_t* sk = smem + stage * Tr::kStageBytes;
     uint8_t* sv = sk + Tr::kStageKeys * Tr::kRowBytes;
     const int64_t* addr = table.tile(iter);
@@ -259,6 +272,7 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
     }
     table.store(p.kv, it + kStages, next_page, next_slot, kvh, Tr::kKvBytes);
   }
+  if (!cache_written) pdl_wait_for_producer();  // a chunk without new keys: no CTA ends before the write
   cp_async_wait<0>();
   __syncthreads();
 
@@ -303,7 +317,9 @@ void run_fi_decode(const FiAttentionParams& p, int grid_work, cudaStream_t strea
   static const cudaError_t configured =
       cudaFuncSetAttribute(fi_decode_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
-  fi_decode_kernel<Tr><<<dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, 1, Tr::kBdz), Tr::kSmemBytes, stream>>>(p);
+  // After the cache write, which lets it start at once (see the kernel's load_stage).
+  (void)kern::launch_after_producer(fi_decode_kernel<Tr>, dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, 1, Tr::kBdz),
+                                    Tr::kSmemBytes, stream, p);
 }
 
 // CTAs of one instantiation resident per SM (the plan's max_grid = this x SMs).
