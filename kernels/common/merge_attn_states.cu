@@ -47,21 +47,25 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t row = idx / groups;
   const int d = static_cast<int>(idx % groups) * 4;
-  if (row >= rows) return;
 
   // Partial i of this row sits at lse_partial[first + i * stride] (o_partial likewise x head_size).
   int64_t first = row, stride = rows;
   int count = p.num_partials;
-  if (p.seq_partials) {
+  if (p.seq_partials && row < rows) {
     const int64_t seq_rows = static_cast<int64_t>(p.tokens_per_seq) * p.num_heads;
     const int64_t seq = row / seq_rows;
     const int begin = p.seq_partials[seq];
     count = p.seq_partials[seq + 1] - begin;
-    if (count <= 1) return;  // written directly by the kernel that produced it
     first = begin * seq_rows + row % seq_rows;
     stride = seq_rows;
   }
-  kern::pdl_wait_for_producer();  // the partials come from the kernel before this one
+  // A sequence in one piece was written directly by the kernel that produced it.
+  const bool merges = row < rows && !(p.seq_partials && count <= 1);
+  // The partials come from the kernel ahead: every thread that merges waits for it, and one
+  // thread of the grid waits in any case, so that this grid never completes before that kernel
+  // (work after this grid in the stream may read that kernel's outputs too).
+  if (merges || idx == 0) kern::pdl_wait_for_producer();
+  if (!merges) return;
 
   // Weights e^(lse_i - max) / sum (2^ in base 2); a side with lse = -inf weighs 0.
   const bool base2 = p.lse_base2 != 0;

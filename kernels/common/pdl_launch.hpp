@@ -3,7 +3,9 @@
 // the kernel may start before the kernel ahead of it in the stream has finished, as soon as
 // that one lets it (pdl_launch_dependents in kernels/common/ptx.cuh) or, if it never does, as
 // its CTAs exit. The launched kernel must call pdl_wait_for_producer before it reads anything
-// the kernel ahead writes. Before sm_90, or after a non-kernel stream operation, it is an
+// the kernel ahead writes, and at least one of its threads must call it before the grid ends:
+// work after it in the stream, launched the usual way, waits for this grid only, and may read
+// what the kernel ahead wrote. Before sm_90, or after a non-kernel stream operation, it is an
 // ordinary launch.
 #include <cuda_runtime.h>
 
