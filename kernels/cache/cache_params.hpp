@@ -24,6 +24,13 @@ struct CacheStrides {
 
 constexpr int kCacheWriteOverlapTokens = 8;  // ReshapeAndCacheParams::tokens_per_cta when packed
 
+// tokens_per_cta for a write that the next kernel overlaps (it starts at once and needs whole SMs):
+// packed for a step of up to a wave of packed CTAs; a larger step (a prefill, whose first tiles
+// hold new keys anyway) keeps a CTA per token, the faster write on its own.
+inline int overlapped_cache_write_tokens_per_cta(int64_t num_tokens, int num_sms) {
+  return num_tokens <= int64_t{kCacheWriteOverlapTokens} * num_sms ? kCacheWriteOverlapTokens : 1;
+}
+
 // reshape_and_cache_flash: scatter the new tokens' K/V into the paged cache.
 // fp8 caches store convert(value / scale) with saturation; other caches store the value
 // rounded to the cache dtype (scales unused). A negative slot (padding) is skipped.

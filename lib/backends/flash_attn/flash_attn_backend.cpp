@@ -164,12 +164,10 @@ class FlashAttnInstance final : public BackendInstance {
 
   void write_cache(const void* k, const void* v) {
     ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
-    // The sm_90a kernel overlaps the write (it starts at once and waits for it before its new
-    // keys): a step of up to a wave of packed CTAs leaves it the other SMs. Larger steps
-    // (prefills, whose first tiles hold new keys anyway) keep a CTA per token.
+    // The sm_90a kernel overlaps the write (it starts at once and waits for it before its new keys).
     const FlashAttnTiling& next = schedule_.cascade ? schedule_.prefix.tiling : schedule_.main.tiling;
-    if (flash_attn_uses_sm90(config_, next) && rc.num_tokens <= int64_t{kCacheWriteOverlapTokens} * num_sms_)
-      rc.tokens_per_cta = kCacheWriteOverlapTokens;
+    if (flash_attn_uses_sm90(config_, next))
+      rc.tokens_per_cta = overlapped_cache_write_tokens_per_cta(rc.num_tokens, num_sms_);
     if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
   }
 

@@ -510,16 +510,10 @@ class FlashInferInstance final : public BackendInstance {
   void write_cache(const void* k, const void* v) {
     ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
     // The CUDA-core decode and the sm_90a kernel overlap the write (they start at once and wait
-    // for it before their new keys): a step of up to a wave of packed CTAs leaves them the other
-    // SMs (as FLASH_ATTN's write_cache).
-    const Pass* first = nullptr;
-    for (const Pass& p : passes_)
-      if (p.num_tokens > 0) {
-        first = &p;
-        break;
-      }
-    if (first && (first->cuda_core_decode || first->sm90) && rc.num_tokens <= int64_t{kCacheWriteOverlapTokens} * num_sms_)
-      rc.tokens_per_cta = kCacheWriteOverlapTokens;
+    // for it before their new keys) when theirs is the first pass that runs.
+    const auto first = std::find_if(passes_.begin(), passes_.end(), [](const Pass& p) { return p.num_tokens > 0; });
+    if (first != passes_.end() && (first->cuda_core_decode || first->sm90))
+      rc.tokens_per_cta = overlapped_cache_write_tokens_per_cta(rc.num_tokens, num_sms_);
     if (rc.num_tokens > 0) launch_reshape_and_cache_flash(rc, stream_);
   }
 
