@@ -833,7 +833,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "gqa7_qwen2", "sliding_window_mistral", "softcap_window_gemma2", "sinks_gptoss",        "local_attention_llama4",
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
-      "fp8_query_prefill", "decode_peaked_scores"};
+      "fp8_query_prefill", "decode_peaked_scores", "fp8_decode"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -911,6 +911,19 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
                           [](const RequestShape& r) { return r.context_len == 0; }));
   EXPECT_TRUE(std::any_of(fqb.requests.begin(), fqb.requests.end(),
                           [&](const RequestShape& r) { return r.seq_len() % fq.spec.block_size != 0; }));
+
+  // fp8 decode: e4m3 cache, decodes of one and two tokens only (FLASH_ATTN's fp8 decode launch), a
+  // request with no context and sequences ending inside a page.
+  const Scenario fd = load("fp8_decode");
+  EXPECT_EQ(fd.spec.kv_cache_dtype, DType::fp8_e4m3);
+  const BatchShape fdb = shape(fd);
+  EXPECT_TRUE(std::all_of(fdb.requests.begin(), fdb.requests.end(),
+                          [](const RequestShape& r) { return r.query_len == 1 || r.query_len == 2; }));
+  EXPECT_TRUE(std::any_of(fdb.requests.begin(), fdb.requests.end(), [](const RequestShape& r) { return r.query_len == 2; }));
+  EXPECT_TRUE(std::any_of(fdb.requests.begin(), fdb.requests.end(),
+                          [](const RequestShape& r) { return r.context_len == 0; }));
+  EXPECT_TRUE(std::any_of(fdb.requests.begin(), fdb.requests.end(),
+                          [&](const RequestShape& r) { return r.seq_len() % fd.spec.block_size != 0; }));
 
   // MLA decode: TP8 rank, block 64, decodes only; MLA prefill: chunks over cached context.
   const Scenario md = load("mla_decode_deepseek");

@@ -332,6 +332,7 @@ TEST(FlashAttnSm90, Selected) {
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}), decodes);
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 1}, {7, 1}}));
+  EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 2}, {7, 1}}));
   AttentionSpec fp8_192 = make_spec(16, 16, 192);
   fp8_192.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8_192, prefill), sm90);
@@ -423,6 +424,31 @@ TEST(FlashAttnSm90, Fp8Caches) {
     EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << variant_label(v);
   }
   EXPECT_VALID(run_case(fp8_softcap_sinks_window(0.f)));
+}
+
+// Decode-only passes over an fp8 cache: the mma.sync decode tiling (on every device: its codes are
+// widened in registers). Both model dtypes and fp8 formats, non-unit scales, GQA 4 and 8, 1- and
+// 2-token decodes, ragged contexts with pages ending mid-block, a one-key sequence and a long one;
+// then soft cap, sinks and a window, without and with vLLM's query quant.
+TEST(FlashAttnGpu, Fp8Decodes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  std::vector<CacheVariant> variants = {{128, DType::bf16, DType::fp8_e4m3, 16}, {128, DType::f16, DType::fp8_e5m2, 48},
+                                        {128, DType::bf16, DType::fp8_e5m2, 32}};
+  for (const CacheVariant& v : variants) {
+    for (const int hkv : {8, 4}) {
+      Case c = variant_case(v, 32, hkv);
+      c.requests = {{333, 1}, {0, 1}, {1100, 2}, {4097, 1}, {15, 2}, {2048, 1}};
+      const Outcome r = run_case(c);
+      EXPECT_VALID(r) << variant_label(v) << " kv heads " << hkv;
+      EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
+    }
+  }
+  Case s = fp8_softcap_sinks_window(0.f);
+  s.requests = {{200, 1}, {0, 2}, {900, 1}, {1500, 2}};
+  EXPECT_VALID(run_case(s));
+  Case q = fp8_softcap_sinks_window(0.05f);
+  q.requests = s.requests;
+  EXPECT_VALID(run_case(q));
 }
 
 // vLLM's query quant over an e4m3 cache: on sm_90a the head-size-128 prefill runs Q K^T and P V on
