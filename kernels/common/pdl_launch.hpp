@@ -13,6 +13,21 @@
 
 namespace attn::kern {
 
+// Whether the current device has programmatic stream serialization (compute capability 9.0 on).
+// Asked once per device and host thread: the launches of every step call it.
+inline bool pdl_supported() {
+  thread_local int cached_dev = -1;
+  thread_local bool cached = false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev != cached_dev) {
+    int major = 0;
+    cached = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    cached_dev = dev;
+  }
+  return cached;
+}
+
 template <class... Params, class... Args>
 cudaError_t launch_after_producer(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
                                   cudaStream_t stream, Args&&... args) {
@@ -24,10 +39,7 @@ cudaError_t launch_after_producer(void (*kernel)(Params...), dim3 grid, dim3 blo
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  // The attribute only where the device has it (compute capability 9.0 on).
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                                                cudaSuccess && major >= 9) {
+  if (pdl_supported()) {  // the attribute only where the device has it
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
