@@ -76,15 +76,17 @@ __device__ __forceinline__ int fp8_k_lane_kstep(int lane) {
 
 // The B fragment (b0, b1) of one key block and k-step from its ldmatrix register: the codes of
 // head dims 4t..4t+3 of key g, widened to fp16.
-__device__ __forceinline__ uint2 fp8_k_fragment(uint32_t raw, bool e5m2) { return fp8x4_to_16<__half>(raw, e5m2); }
+template <bool kE5m2>
+__device__ __forceinline__ uint2 fp8_k_fragment(uint32_t raw) { return fp8x4_to_16<__half, kE5m2>(raw); }
 
 // P·V: one ldmatrix.x4.trans on a raw V tile, lanes addressing key rows as for a 16-bit tile and
 // 16-byte chunk lane / 16, covers 16 keys x 32 dims. Registers (2i, 2i + 1) hold keys 0-7 and
 // 8-15 of chunk i; from them come the B fragments of the two O column blocks of that chunk's
 // 16-dim group: .x, .y the even-dims block (b0, b1), .z, .w the odd-dims block.
-__device__ __forceinline__ uint4 fp8_v_fragments(uint32_t keys_lo, uint32_t keys_hi, bool e5m2) {
-  const uint2 lo = fp8x4_to_16<__half>(__byte_perm(keys_lo, 0, 0x3120), e5m2);
-  const uint2 hi = fp8x4_to_16<__half>(__byte_perm(keys_hi, 0, 0x3120), e5m2);
+template <bool kE5m2>
+__device__ __forceinline__ uint4 fp8_v_fragments(uint32_t keys_lo, uint32_t keys_hi) {
+  const uint2 lo = fp8x4_to_16<__half, kE5m2>(__byte_perm(keys_lo, 0, 0x3120));
+  const uint2 hi = fp8x4_to_16<__half, kE5m2>(__byte_perm(keys_hi, 0, 0x3120));
   return make_uint4(lo.x, hi.x, lo.y, hi.y);
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -33,7 +34,8 @@ using namespace attn::kern;
 // in the order 4t..4t+3, P·V into even/odd dim column blocks) and kFp8QScale.
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
-template <class Tr>
+// kE5m2: the format of an fp8 cache (e5m2, else e4m3; unused for a 16-bit cache).
+template <class Tr, bool kE5m2>
 __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim;
@@ -167,7 +169,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const float k_descale = p.k_descale ? p.k_descale[seq * p.num_kv_heads + kvh] : 1.f;
   const float v_descale = p.v_descale ? p.v_descale[seq * p.num_kv_heads + kvh] : 1.f;
   const bool softcap = p.softcap > 0.f;
-  const bool e5m2 = p.kv_fp8_e5m2 != 0;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e.
   const float qk_scale =
       p.softmax_scale * k_descale * (softcap ? 1.f / p.softcap : kLog2e) * (kQToHalf ? 1.f / kFp8QScale : 1.f);
@@ -282,7 +283,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
             ldmatrix_x4(raw, sK + key * kKvRow + (kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)) * 16);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const uint2 bb = fp8_k_fragment(raw[i], e5m2);
+              const uint2 bb = fp8_k_fragment<kE5m2>(raw[i]);
 #pragma unroll
               for (int mi = 0; mi < Tr::kMFrags; ++mi)
                 mma_16816<MmaT>(acc_s[mi][nb * kNPer + i % kNPer], a[i / kNPer][mi], bb.x, bb.y);
@@ -360,7 +361,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
             ldmatrix_x4_trans(raw, sV + key * kKvRow + (2 * dq + lane / 16) * 16);
 #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
-              const uint4 b = fp8_v_fragments(raw[2 * gi], raw[2 * gi + 1], e5m2);
+              const uint4 b = fp8_v_fragments<kE5m2>(raw[2 * gi], raw[2 * gi + 1]);
 #pragma unroll
               for (int mi = 0; mi < Tr::kMFrags; ++mi) {
                 mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi], a[mi], b.x, b.y);
@@ -522,7 +523,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 // The prefill kernel also serves the decode sequences of a mixed batch: a sequence whose packed
 // rows fit one decode tile (the planner gives it a single tile) runs the decode tiling, so one
 // launch covers chunked prefills and decodes without 128-row tiles for a single token.
-template <class Tr, class TrSmall>
+template <class Tr, class TrSmall, bool kE5m2>
 __global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_constant__ FlashAttnParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   // Decode grids run kv-head-fastest (blockIdx.x = tile * num_kv_heads + kv head): the CTAs of
@@ -536,46 +537,50 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_co
   if constexpr (!Tr::kDecode) {
     const int rows = (p.query_start_loc[seq + 1] - p.query_start_loc[seq]) * (p.num_q_heads / p.num_kv_heads);
     if (rows <= TrSmall::kBlockM) {
-      attend_tile<TrSmall>(p, smem, seq, m_block, kvh);
+      attend_tile<TrSmall, kE5m2>(p, smem, seq, m_block, kvh);
       return;
     }
   }
-  attend_tile<Tr>(p, smem, seq, m_block, kvh);
+  attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh);
 }
 
-// Host side of one instantiation: raises the shared-memory limit once, then launches. Launch
-// errors are left for the caller's cudaGetLastError check.
+// Host side of one instantiation: raises the shared-memory limit once, then launches the kernel
+// of the cache's fp8 format (e4m3 for a 16-bit cache, which never widens). Launch errors are left
+// for the caller's cudaGetLastError check.
 template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
   constexpr int kSmem = Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      flash_fwd_kernel<Tr, TrSmall>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const bool e5m2 = kKvFp8 && p.kv_fp8_e5m2 != 0;
+  const auto kernel = e5m2 ? flash_fwd_kernel<Tr, TrSmall, kKvFp8> : flash_fwd_kernel<Tr, TrSmall, false>;
+  static const cudaError_t configured[2] = {
+      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
   (void)configured;
   const dim3 grid(kDecode ? p.num_tiles * p.num_kv_heads : p.num_tiles, kDecode ? 1 : p.num_kv_heads, p.num_splits);
-  flash_fwd_kernel<Tr, TrSmall><<<grid, Tr::kThreads, kSmem, stream>>>(p);
+  kernel<<<grid, Tr::kThreads, kSmem, stream>>>(p);
 }
 
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory
-// decide), 0 when the runtime cannot tell (no device).
+// decide), 0 when the runtime cannot tell (no device). For an fp8 cache: the fewer of the two
+// formats' kernels (they differ only in the widening instructions).
 template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 int flash_fwd_ctas_per_sm() {
   using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
   constexpr int kSmem = Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
-  if (cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+  int fewest = 1 << 30;
+  for (const auto kernel : {flash_fwd_kernel<Tr, TrSmall, false>, flash_fwd_kernel<Tr, TrSmall, kKvFp8>}) {
+    int n = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Tr::kThreads, kSmem) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    fewest = std::min(fewest, n);
   }
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, flash_fwd_kernel<Tr, TrSmall>, Tr::kThreads, kSmem) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  return fewest;
 }
 
 // The instantiations of one head size (flash_fwd_hd<N>.cu): both model dtypes, the model-dtype

@@ -124,16 +124,19 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // cp.async and widens them to fp16 there, in the same swizzled layout, and the MMAs run in fp16
 // whatever the model dtype (a bf16 Q stored as fp16 x kFp8QScale, as in the mma.sync kernel); the
 // descales go on the scores (K) and on O (V) in fp32.
+// kE5m2: that cache's format (e5m2, else e4m3), a template parameter so that the widening runs one
+// conversion (kernels/common/fp8_widen.cuh).
 // kFp8Mma: the fp8 tensor-core path described at the top (kFp8, e4m3, head size 128, p.q_scale > 0).
 // kDecodes: the launch holds decode-sized sequences (one 128-row tile each, G x q_len rows), so a
 // consumer whose 64 rows are all past its item's query skips its products. A separate instantiation:
 // the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
 // registers moved), so prefill launches keep the kernel without it.
-template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma, bool kDecodes>
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps) {
 #if defined(ATTN_SM90A_DEVICE)
-  static_assert(!kFp8Mma || (kFp8 && kHeadDim == 128), "fp8 tensor cores: an fp8 cache at head size 128");
+  static_assert(!kFp8Mma || (kFp8 && !kE5m2 && kHeadDim == 128), "fp8 tensor cores: an e4m3 cache at head size 128");
+  static_assert(kFp8 || !kE5m2, "a format only for an fp8 cache");
   // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
   // second consumer loop spilled 20 bytes (its consumers have no register to spare).
   static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
@@ -239,7 +242,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // generic-proxy stores, fenced for their wgmma reads, and this thread's arrival on "full".
     auto widen_fp8 = [&](int stage) {
       uint8_t* tile = sKV + (2 * stage) * kKvBytes;
-      const bool e5m2 = p.kv_fp8_e5m2 != 0;
 #pragma unroll 1
       for (int i0 = 0; i0 < kPer8; i0 += 2) {
         uint4 codes[2][2];  // [chunk][K, V]
@@ -261,11 +263,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int kv = 0; kv < 2; ++kv) {
             const uint4& w = codes[j][kv];
             uint8_t* t = tile + kv * kKvBytes;
-            const uint2 a = fp8x4_to_16<__half>(low_first ? w.x : w.z, e5m2);
-            const uint2 b = fp8x4_to_16<__half>(low_first ? w.y : w.w, e5m2);
+            const uint2 a = fp8x4_to_16<__half, kE5m2>(low_first ? w.x : w.z);
+            const uint2 b = fp8x4_to_16<__half, kE5m2>(low_first ? w.y : w.w);
             *reinterpret_cast<uint4*>(t + first) = make_uint4(a.x, a.y, b.x, b.y);
-            const uint2 c2 = fp8x4_to_16<__half>(low_first ? w.z : w.x, e5m2);
-            const uint2 d = fp8x4_to_16<__half>(low_first ? w.w : w.y, e5m2);
+            const uint2 c2 = fp8x4_to_16<__half, kE5m2>(low_first ? w.z : w.x);
+            const uint2 d = fp8x4_to_16<__half, kE5m2>(low_first ? w.w : w.y);
             *reinterpret_cast<uint4*>(t + second) = make_uint4(c2.x, c2.y, d.x, d.y);
           }
         }
@@ -886,10 +888,10 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element, bool kFp8, bool kFp8Mma, bool kDecodes>
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim>;
-  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kFp8Mma, kDecodes>;
+  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
@@ -914,27 +916,32 @@ template <int kHeadDim>
 void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {
     if (fp8_mma) {
-      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, true, false>(p, stream)
-           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, true, false>(p, stream);
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false, true, false>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false, true, false>(p, stream);
       return;
     }
   }
+  if (fp8 && p.kv_fp8_e5m2) {
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, true, false, false>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, true, false, false>(p, stream);
+    return;
+  }
   if (fp8) {
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false, false>(p, stream)
-         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false, false>(p, stream);
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false, false, false>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, true, false, false, false>(p, stream);
     return;
   }
   // Decode launches of a 16-bit cache (head size 192 has no such variant: its consumers multiply
   // the zero rows instead).
   if constexpr (kHeadDim != 192) {
     if (decodes) {
-      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, true>(p, stream)
-           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, true>(p, stream);
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, true>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true>(p, stream);
       return;
     }
   }
-  fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false>(p, stream)
-       : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false>(p, stream);
+  fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false>(p, stream)
+       : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false>(p, stream);
 }
 
 // True when the current device runs an sm_90a image of the kernel (not a JIT of older PTX,
@@ -942,7 +949,7 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
 template <int kHeadDim>
 bool sm90_prefill_compiled() {
   static const bool ok =
-      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false, false, false>));
+      kern::runs_sm90a_image(reinterpret_cast<const void*>(sm90::flash_fwd_sm90_kernel<kHeadDim, __nv_bfloat16, false, false, false, false>));
   return ok;
 }
 

@@ -83,8 +83,8 @@ struct DecodeTraits {
 };
 
 // kVec cache elements (kThreadBytes, 16-byte aligned) -> float.
-template <class Tr>
-__device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8_t* src, bool e5m2) {
+template <class Tr, bool kE5m2>
+__device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8_t* src) {
   using Element = typename Tr::Element;
 #pragma unroll
   for (int c = 0; c < Tr::kThreadBytes / 16; ++c) {
@@ -93,7 +93,7 @@ __device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8
     if constexpr (Tr::kKvFp8) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint2 h = fp8x4_to_16<__half>(w[i], e5m2);  // exact in fp16
+        const uint2 h = fp8x4_to_16<__half, kE5m2>(w[i]);  // exact in fp16
         const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
         const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
         out[16 * c + 4 * i] = a.x;
@@ -112,7 +112,8 @@ __device__ __forceinline__ void load_row_vec(float (&out)[Tr::kVec], const uint8
   }
 }
 
-template <class Tr>
+// kE5m2: the format of an fp8 cache (e5m2, else e4m3), fixed per kernel (fp8_widen.cuh says why).
+template <class Tr, bool kE5m2>
 __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_decode_kernel(const __grid_constant__ FiAttentionParams p) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim, kVec = Tr::kVec, kBdx = Tr::kBdx, kBdz = Tr::kBdz, G = Tr::kGroup;
@@ -138,7 +139,6 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
 
   const int64_t token = p.qo_indptr[r];
   const ScoreScale sc = score_scale(p);
-  const bool e5m2 = p.kv_fp8_e5m2 != 0;
 
   // q of the group's G heads, dims [tx * kVec, +kVec): [num_tokens, num_qo_heads, D]
   float q[G][kVec];
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
       float kv[kVec];
-      load_row_vec<Tr>(kv, sk + j * Tr::kRowBytes, e5m2);
+      load_row_vec<Tr, kE5m2>(kv, sk + j * Tr::kRowBytes);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         float dot[2] = {0.f, 0.f};  // two chains: half the dependent FMA latency
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
       float v[kVec];
-      load_row_vec<Tr>(v, sv + j * Tr::kRowBytes, e5m2);
+      load_row_vec<Tr, kE5m2>(v, sv + j * Tr::kRowBytes);
 #pragma unroll
       for (int h = 0; h < G; ++h)
 #pragma unroll
@@ -310,28 +310,35 @@ __global__ void __launch_bounds__(Tr::kThreads, ATTN_FI_DECODE_MIN_BLOCKS) fi_de
 
 namespace attn::fi {
 
-// Host side of one decode instantiation: grid (padded work items, kv heads).
+// Host side of one decode instantiation: grid (padded work items, kv heads), the kernel of the
+// cache's fp8 format.
 template <int kHeadDim, class Element, bool kKvFp8, int kGroup>
 void run_fi_decode(const FiAttentionParams& p, int grid_work, cudaStream_t stream) {
   using Tr = DecodeTraits<kHeadDim, Element, kKvFp8, kGroup>;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(fi_decode_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  static const cudaError_t configured[2] = {
+      cudaFuncSetAttribute(fi_decode_kernel<Tr, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+      cudaFuncSetAttribute(fi_decode_kernel<Tr, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)};
   (void)configured;
+  const auto kernel = kKvFp8 && p.kv_fp8_e5m2 ? fi_decode_kernel<Tr, kKvFp8> : fi_decode_kernel<Tr, false>;
   // After the cache write, which lets it start at once (see the kernel's load_stage).
-  (void)kern::launch_after_producer(fi_decode_kernel<Tr>, dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, 1, Tr::kBdz),
+  (void)kern::launch_after_producer(kernel, dim3(grid_work, p.num_kv_heads), dim3(Tr::kBdx, 1, Tr::kBdz),
                                     Tr::kSmemBytes, stream, p);
 }
 
-// CTAs of one instantiation resident per SM (the plan's max_grid = this x SMs).
+// CTAs of one instantiation resident per SM (the plan's max_grid = this x SMs): the fewer of the
+// two fp8 formats' kernels.
 template <int kHeadDim, class Element, bool kKvFp8, int kGroup>
 int fi_decode_occupancy() {
   using Tr = DecodeTraits<kHeadDim, Element, kKvFp8, kGroup>;
-  cudaFuncSetAttribute(fi_decode_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fi_decode_kernel<Tr>, Tr::kThreads, Tr::kSmemBytes) !=
-      cudaSuccess)
-    blocks = 1;
-  return blocks > 0 ? blocks : 1;
+  int fewest = 1 << 30;
+  for (const auto kernel : {fi_decode_kernel<Tr, false>, fi_decode_kernel<Tr, kKvFp8>}) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tr::kThreads, Tr::kSmemBytes) != cudaSuccess)
+      blocks = 1;
+    fewest = blocks < fewest ? blocks : fewest;
+  }
+  return fewest > 0 ? fewest : 1;
 }
 
 #define ATTN_FI_DECODE_INSTANTIATE_ONE(D, E, F, G)                                              \

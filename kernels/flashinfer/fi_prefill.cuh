@@ -83,7 +83,8 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   }
 }
 
-template <class Tr>
+// kE5m2: the format of an fp8 cache (e5m2, else e4m3), fixed per kernel (fp8_widen.cuh says why).
+template <class Tr, bool kE5m2>
 __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_constant__ FiAttentionParams p) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim, kTileQ = Tr::kTileQ, kTileKv = Tr::kTileKv, kChunks = Tr::kChunks;
@@ -170,7 +171,6 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   // A bf16 Q multiplies as fp16 x kFp8QScale: the scores get the power of two back (exact).
   if constexpr (kQToHalf) sc.q *= 1.f / kFp8QScale;
   const bool softcap = sc.cap2 > 0.f;
-  const bool e5m2 = p.kv_fp8_e5m2 != 0;
   const int warp_row0 = warp_q * kMmaQ * 16;  // this warp's first row in the tile
   const int warp_key0 = warp_kv * Tr::kMmaKv * 16;
 
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
           ldmatrix_x4(raw, sK + swizzle<Tr::kRawChunks>(key, kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)));
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const uint2 bb = fp8_k_fragment(raw[i], e5m2);
+            const uint2 bb = fp8_k_fragment<kE5m2>(raw[i]);
 #pragma unroll
             for (int mi = 0; mi < kMmaQ; ++mi)
               mma_16816<MmaT>(acc_s[mi][nb * kNPer + i % kNPer], a[i / kNPer][mi], bb.x, bb.y);
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
           ldmatrix_x4_trans(raw, sV + swizzle<Tr::kRawChunks>(key, 2 * dq + lane / 16));
 #pragma unroll
           for (int gi = 0; gi < 2; ++gi) {
-            const uint4 b = fp8_v_fragments(raw[2 * gi], raw[2 * gi + 1], e5m2);
+            const uint4 b = fp8_v_fragments<kE5m2>(raw[2 * gi], raw[2 * gi + 1]);
 #pragma unroll
             for (int mi = 0; mi < kMmaQ; ++mi) {
               mma_16816<MmaT>(acc_o[mi][4 * dq + 2 * gi], a[mi], b.x, b.y);
@@ -433,14 +433,17 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
 
 namespace attn::fi {
 
-// Host side of one prefill instantiation: grid (padded work items, kv heads).
+// Host side of one prefill instantiation: grid (padded work items, kv heads), the kernel of the
+// cache's fp8 format.
 template <int kHeadDim, class Element, bool kKvFp8, int kTileQ>
 void run_fi_prefill(const FiAttentionParams& p, int grid_work, cudaStream_t stream) {
   using Tr = PrefillTraits<kHeadDim, Element, kKvFp8, kTileQ>;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(fi_prefill_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  static const cudaError_t configured[2] = {
+      cudaFuncSetAttribute(fi_prefill_kernel<Tr, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+      cudaFuncSetAttribute(fi_prefill_kernel<Tr, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)};
   (void)configured;
-  fi_prefill_kernel<Tr><<<dim3(grid_work, p.num_kv_heads), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  const auto kernel = kKvFp8 && p.kv_fp8_e5m2 ? fi_prefill_kernel<Tr, kKvFp8> : fi_prefill_kernel<Tr, false>;
+  kernel<<<dim3(grid_work, p.num_kv_heads), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
 }
 
 #define ATTN_FI_PREFILL_INSTANTIATE_ONE(D, E, F, Q) \
