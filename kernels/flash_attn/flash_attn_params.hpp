@@ -64,6 +64,14 @@ struct FlashAttnParams {
   // model dtype, and the sm_90a kernel's fp8 tensor-core path (e4m3 cache, head size 128) takes the
   // codes back exactly. 0 = not quantized.
   float q_scale = 0.f;
+
+  // ---- launch --------------------------------------------------------------------------------
+  // The kernels start before the kernel ahead of them in the stream has finished (programmatic
+  // stream serialization, kernels/common/pdl_launch.hpp). 1: that kernel is the step's cache
+  // write, which writes only the keys of the step's new tokens (the last q_len of each sequence),
+  // so the tiles of older keys load before waiting for it; the sm_90a kernel always assumes so.
+  // 0: the mma.sync kernel waits for it before reading anything (a GEMM may have written Q, K, V).
+  int after_cache_write = 0;
 };
 
 }  // namespace attn

@@ -13,12 +13,14 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
+#include "kernels/common/pdl_launch.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
 #include "kernels/flash_attn/flash_mask.cuh"
@@ -35,8 +37,10 @@ using namespace attn::kern;
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 // kE5m2: the format of an fp8 cache (e5m2, else e4m3; unused for a 16-bit cache).
+// wait_new_keys: the kernel ahead (the step's cache write) may still run; see wait_for_new_keys.
 template <class Tr, bool kE5m2>
-__device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh) {
+__device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh,
+                                            bool wait_new_keys) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim;
   constexpr int kBlockM = Tr::kBlockM;
@@ -188,9 +192,23 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     row_sum[mi][0] = row_sum[mi][1] = 0.f;
   }
 
+  // Decode tiling after the step's cache write (wait_new_keys): the first tile holding one of the
+  // step's new keys (seq_len - q_len on) waits for the write; the older tiles stream meanwhile.
+  // Prefill tilings waited on entry (their registers are all taken).
+  int wait_tile = Tr::kDecode && wait_new_keys ? max(seq_len - q_len, 0) / kBlockN : INT_MAX;
+  auto wait_for_new_keys = [&](int n_tile) {
+    if constexpr (Tr::kDecode) {
+      if (n_tile >= wait_tile) {
+        pdl_wait_for_producer();
+        wait_tile = INT_MAX;
+      }
+    }
+  };
+
   // Prologue: Q and the first kStages - 1 K/V tiles, one commit group per tile.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
+    if (n_begin + s < n_end) wait_for_new_keys(n_begin + s);
     if (n_begin + s < n_end) load_kv(n_begin + s, s, kLaneRows ? lane_offset(n_begin + s, lane_entry(n_begin + s)) : 0);
     cp_async_commit();
   }
@@ -216,6 +234,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     // compute. The decode reads the refill's row addresses from its lanes (entries loaded ahead).
     cp_async_wait<kStages - 2>();
     __syncthreads();
+    if (n_tile + kStages - 1 < n_end) wait_for_new_keys(n_tile + kStages - 1);
     if (n_tile + kStages - 1 < n_end)
       load_kv(n_tile + kStages - 1, (it + kStages - 1) % kStages,
               kLaneRows ? lane_offset(n_tile + kStages - 1, entry_next) : 0);
@@ -530,6 +549,11 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_co
   // one sequence start together and read the interleaved head slices of its cache blocks at
   // about the same time (3 % on 64 x 4k). Prefill keeps (tile, kv head) so that a wave of CTAs
   // shares the K/V of few heads in L2.
+  // Launched after the kernel ahead (run_flash_fwd): wait for it before reading anything, unless
+  // it is the step's cache write and this is the decode tiling (attend_tile waits before the first
+  // tile of new keys).
+  const bool deferred = Tr::kDecode && p.after_cache_write;
+  if (!deferred) pdl_wait_for_producer();
   const int tile = Tr::kDecode ? blockIdx.x / p.num_kv_heads : blockIdx.x;
   const int kvh = Tr::kDecode ? blockIdx.x % p.num_kv_heads : blockIdx.y;
   const int seq = p.tiles[2 * tile];
@@ -537,16 +561,18 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_co
   if constexpr (!Tr::kDecode) {
     const int rows = (p.query_start_loc[seq + 1] - p.query_start_loc[seq]) * (p.num_q_heads / p.num_kv_heads);
     if (rows <= TrSmall::kBlockM) {
-      attend_tile<TrSmall, kE5m2>(p, smem, seq, m_block, kvh);
+      attend_tile<TrSmall, kE5m2>(p, smem, seq, m_block, kvh, false);
       return;
     }
   }
-  attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh);
+  attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh, deferred);
+  if (deferred) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead (a split without new keys)
 }
 
 // Host side of one instantiation: raises the shared-memory limit once, then launches the kernel
-// of the cache's fp8 format (e4m3 for a 16-bit cache, which never widens). Launch errors are left
-// for the caller's cudaGetLastError check.
+// of the cache's fp8 format (e4m3 for a 16-bit cache, which never widens), with programmatic
+// stream serialization (p.after_cache_write says what the kernel may read before waiting). Launch
+// errors are left for the caller's cudaGetLastError check.
 template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
@@ -559,7 +585,7 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
       cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
   (void)configured;
   const dim3 grid(kDecode ? p.num_tiles * p.num_kv_heads : p.num_tiles, kDecode ? 1 : p.num_kv_heads, p.num_splits);
-  kernel<<<grid, Tr::kThreads, kSmem, stream>>>(p);
+  (void)launch_after_producer(kernel, grid, dim3(Tr::kThreads), kSmem, stream, p);
 }
 
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory

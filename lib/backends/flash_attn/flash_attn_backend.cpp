@@ -211,6 +211,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.kv_begin = 0;
     p.kv_fp8_e5m2 = s.kv_cache_dtype == DType::fp8_e5m2 ? 1 : 0;
     p.q_scale = s.q_scale;
+    p.after_cache_write = 1;  // run() launches the passes right after write_cache
     return p;
   }
 
