@@ -164,7 +164,9 @@ class FlashAttnInstance final : public BackendInstance {
 
   void write_cache(const void* k, const void* v) {
     ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
-    // The sm_90a kernel overlaps the write (it starts at once and waits for it before its new keys).
+    // Both kernels overlap the write (they start at once and wait for it before their new keys).
+    // The sm_90a kernel needs whole SMs, so a small step's write is packed onto few of them; the
+    // mma.sync decode tiling shares SMs with the write's CTAs and keeps a CTA per token.
     const FlashAttnTiling& next = schedule_.cascade ? schedule_.prefix.tiling : schedule_.main.tiling;
     if (flash_attn_uses_sm90(config_, next))
       rc.tokens_per_cta = overlapped_cache_write_tokens_per_cta(rc.num_tokens, num_sms_);
