@@ -573,25 +573,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < Tr::kAccO; ++i) acc_o[i] = 0.f;
 
-    // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart).
-    const uint64_t q_desc = sw128_desc(sQ_addr + wg * 64 * 128, 16, 1024);
+    // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart); K of stage 0 (K-major,
+    // as Q); V of stage 0 (N-major: the leading offset steps between 64-column blocks).
+    const Sw128Desc q_desc = sw128_desc_words(sQ_addr + wg * 64 * 128, 16, 1024);
+    const Sw128Desc k_desc = sw128_desc_words(sKV_addr, 16, 1024);
+    const Sw128Desc v_desc = sw128_desc_words(sKV_addr + kKvBytes, kKvBlockBytes, 1024);
 
     // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
     // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
     auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
-      const uint32_t k_addr = sKV_addr + (2 * stage) * kKvBytes;
+      const Sw128Desc kd = k_desc + (2 * stage) * kKvBytes;
       wgmma_fence();
       if constexpr (kFp8Mma) {
         // e4m3: 32 head dims (32 bytes of each 128-byte row) per k-step.
 #pragma unroll
-        for (int ks = 0; ks < kHeadDim / 32; ++ks)
-          wgmma_ss_e4m3(s, q_desc + ((ks * 32) >> 4), sw128_desc(k_addr + ks * 32, 16, 1024), ks > 0);
+        for (int ks = 0; ks < kHeadDim / 32; ++ks) wgmma_ss_e4m3(s, q_desc.at(ks * 32), kd.at(ks * 32), ks > 0);
       } else {
 #pragma unroll
         for (int ks = 0; ks < kHeadDim / 16; ++ks) {
           const uint32_t qoff = (ks / 4) * kQBlockBytes + (ks % 4) * 32;
           const uint32_t koff = (ks / 4) * kKvBlockBytes + (ks % 4) * 32;
-          wgmma_ss<MmaT>(s, q_desc + (qoff >> 4), sw128_desc(k_addr + koff, 16, 1024), ks > 0);
+          wgmma_ss<MmaT>(s, q_desc.at(qoff), kd.at(koff), ks > 0);
         }
       }
       wgmma_commit();
@@ -603,17 +605,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the D / 64 column blocks, kKvBlockBytes apart).
     // kFp8Mma: B is V^T (K-major, 32 keys = 32 bytes of each row per k-step).
     auto issue_pv = [&](const uint32_t (&pa)[kPvSteps][4], int stage) {
-      const uint32_t v_addr = sKV_addr + (2 * stage + 1) * kKvBytes;
       fence_regs(acc_o);
       wgmma_fence();
       if constexpr (kFp8Mma) {
+        // V^T is K-major, like K: the K descriptor's words, moved to the stage's V^T.
+        const Sw128Desc vd = k_desc + ((2 * stage + 1) * kKvBytes + kVtOffset);
 #pragma unroll
-        for (int kk = 0; kk < kPvSteps; ++kk)
-          wgmma_rs_e4m3(acc_o, pa[kk], sw128_desc(v_addr + kVtOffset + kk * 32, 16, 1024), 1);
+        for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs_e4m3(acc_o, pa[kk], vd.at(kk * 32), 1);
       } else {
+        const Sw128Desc vd = v_desc + (2 * stage) * kKvBytes;
 #pragma unroll
-        for (int kk = 0; kk < kPvSteps; ++kk)
-          wgmma_rs<MmaT>(acc_o, pa[kk], sw128_desc(v_addr + kk * 16 * 128, kKvBlockBytes, 1024), 1);
+        for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs<MmaT>(acc_o, pa[kk], vd.at(kk * 16 * 128), 1);
       }
       wgmma_commit();
     };
