@@ -620,8 +620,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
     };
     // Scores of key tile n_tile -> probabilities (in place), running max and sums updated; corr
-    // receives the factor O must be rescaled by (rows g and g + 8 of this warp).
+    // receives the factor O must be rescaled by (rows g and g + 8 of this warp). Returns whether
+    // either row's reference max moved (corr != 1).
+    // Lazy rescaling: a row keeps the max its probabilities are taken against until a tile's scores
+    // exceed it by more than kLazyLog2 (log2 units), so P <= 2^kLazyLog2 and, once a row's max has
+    // settled (within its first tiles on any data), O is not rescaled: the warp skips its D / 2
+    // multiplies when no row of it moved. m, the sums and O stay consistent, so the LSE and the
+    // epilogue are unchanged. 16-bit P holds 2^8 exactly; e4m3 P (kFp8Mma) already carries 2^8 of
+    // its 448 range, so there the max moves whenever it grows.
+    constexpr float kLazyLog2 = kFp8Mma ? 0.f : 8.f;
     auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
+      bool moved = false;
       const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
       const float s_scale = fused_scale ? qk_scale : 1.f;
       const int key_tile0 = n_tile * kBlockN;
@@ -660,10 +669,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(row_max[h], mx * s_scale);
-        const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
-        corr[h] = fast_exp2(row_max[h] - m_use);
-        row_max[h] = mx;
+        mx *= s_scale;
+        // -inf + kLazyLog2 is -inf: the first tile with a visible key always sets the max.
+        const bool move = mx > row_max[h] + kLazyLog2;
+        const float old_max = row_max[h];
+        if (move) row_max[h] = mx;
+        moved |= move;
+        const float m_use = row_max[h] == -INFINITY ? 0.f : row_max[h];  // no visible key yet: keep P = 0
+        corr[h] = move ? fast_exp2(old_max - m_use) : 1.f;
         // e4m3 P: P x 2^8 (up to 256 of e4m3's 448) keeps small probabilities out of e4m3's
         // subnormals; the row sums carry the same factor, which the epilogue takes out.
         const float bias = kFp8Mma ? 8.f - m_use : -m_use;
@@ -676,6 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         row_sum[h] = row_sum[h] * corr[h] + sum;
       }
+      return moved;
     };
     auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
@@ -742,8 +756,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(s);
       float corr[2];
-      softmax(s, n_tile, corr);
-      rescale_o(corr);
+      // A warp-uniform branch: no wgmma is in flight (the last P V was waited for).
+      if (__any_sync(0xffffffffu, softmax(s, n_tile, corr))) rescale_o(corr);
       uint32_t pa[kPvSteps][4];
       to_a(s, pa);
       issue_pv(pa, stage);
