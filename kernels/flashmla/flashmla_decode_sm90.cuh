@@ -358,16 +358,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       // O[:, 256 w ..] += P V over one block: k-step kk = keys 16 kk .. (2048 bytes of V rows),
       // the 256 columns spanning column blocks 4 w .. 4 w + 3.
       auto pv_own = [&](int k) {
-        const uint32_t v = sK_addr(k) + 4 * w * kColBytes;
+        const Sw128Desc vd = sw128_desc_words(sK_addr(k) + 4 * w * kColBytes, kColBytes, 1024);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_rs<Element>(acc_o, pa[kk], sw128_desc(v + kk * 2048, kColBytes, 1024), 1);
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs<Element>(acc_o, pa[kk], vd.at(kk * 2048), 1);
       };
       auto pv_stored = [&](int k) {
-        const uint32_t v = sK_addr(k) + 4 * w * kColBytes;
-        const uint64_t pd = sw128_desc(p_addr(k), 16, 1024);
+        const Sw128Desc vd = sw128_desc_words(sK_addr(k) + 4 * w * kColBytes, kColBytes, 1024);
+        const Sw128Desc pd = sw128_desc_words(p_addr(k), 16, 1024);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_ss_nmajor_b<Element>(acc_o, pd + ((kk * 32) >> 4), sw128_desc(v + kk * 2048, kColBytes, 1024), 1);
+        for (int kk = 0; kk < 4; ++kk) wgmma_ss_nmajor_b<Element>(acc_o, pd.at(kk * 32), vd.at(kk * 2048), 1);
       };
       auto release = [&](int k, int grp) {
         __syncwarp();
