@@ -34,6 +34,11 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t lead
 struct Sw128Desc {
   uint32_t lo, hi;
   __device__ __forceinline__ Sw128Desc operator+(uint32_t bytes) const { return {lo + (bytes >> 4), hi}; }
+  // The same descriptor with its low word broadcast from lane 0: every lane holds the same value,
+  // and a shuffle result is one the compiler knows to be warp-uniform, so the adds and the
+  // 64-bit descriptors of the MMAs stay in uniform registers, where wgmma reads them (computed in
+  // per-thread registers from a thread index, each one was moved over on its own).
+  __device__ __forceinline__ Sw128Desc uniform() const { return {__shfl_sync(0xffffffffu, lo, 0), hi}; }
   __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
     uint64_t d;
     asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo + (bytes >> 4)), "r"(hi));

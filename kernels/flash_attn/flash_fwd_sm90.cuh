@@ -590,14 +590,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // Q of this warpgroup: rows 64 wg .. (8 groups of 8 rows, 1024 bytes apart); K of stage 0 (K-major,
     // as Q); V of stage 0 (N-major: the leading offset steps between 64-column blocks).
-    const Sw128Desc q_desc = sw128_desc_words(sQ_addr + wg * 64 * 128, 16, 1024);
+    const Sw128Desc q_desc = sw128_desc_words(sQ_addr + wg * 64 * 128, 16, 1024).uniform();
     const Sw128Desc k_desc = sw128_desc_words(sKV_addr, 16, 1024);
     const Sw128Desc v_desc = sw128_desc_words(sKV_addr + kKvBytes, kKvBlockBytes, 1024);
 
     // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
     // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
     auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
-      const Sw128Desc kd = k_desc + (2 * stage) * kKvBytes;
+      const Sw128Desc kd = (k_desc + (2 * stage) * kKvBytes).uniform();
       wgmma_fence();
       if constexpr (kFp8Mma) {
         // e4m3: 32 head dims (32 bytes of each 128-byte row) per k-step.
@@ -624,11 +624,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
       if constexpr (kFp8Mma) {
         // V^T is K-major, like K: the K descriptor's words, moved to the stage's V^T.
-        const Sw128Desc vd = k_desc + ((2 * stage + 1) * kKvBytes + kVtOffset);
+        const Sw128Desc vd = (k_desc + ((2 * stage + 1) * kKvBytes + kVtOffset)).uniform();
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs_e4m3(acc_o, pa[kk], vd.at(kk * 32), 1);
       } else {
-        const Sw128Desc vd = v_desc + (2 * stage) * kKvBytes;
+        const Sw128Desc vd = (v_desc + (2 * stage) * kKvBytes).uniform();
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs<MmaT>(acc_o, pa[kk], vd.at(kk * 16 * 128), 1);
       }
