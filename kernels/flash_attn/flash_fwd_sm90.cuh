@@ -639,10 +639,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // either row's reference max moved (corr != 1).
     // Lazy rescaling: a row keeps the max its probabilities are taken against until a tile's scores
     // exceed it by more than kLazyLog2 (log2 units), so P <= 2^kLazyLog2 and, once a row's max has
-    // settled (within its first tiles on any data), O is not rescaled: the warp skips its D / 2
-    // multiplies when no row of it moved. m, the sums and O stay consistent, so the LSE and the
-    // epilogue are unchanged. 16-bit P holds 2^8 exactly; e4m3 P (kFp8Mma) already carries 2^8 of
-    // its 448 range, so there the max moves whenever it grows.
+    // settled (within the first tiles on typical data; scenario decode_peaked_scores keeps it
+    // rising), O is not rescaled: the warp skips its D / 2 multiplies when no row of it moved. m,
+    // the sums and O stay consistent, so the LSE and the epilogue are unchanged. 16-bit P holds up
+    // to 2^8 with its usual relative rounding; e4m3 P (kFp8Mma) already carries 2^8 of its 448
+    // range, so there the max moves whenever it grows.
     constexpr float kLazyLog2 = kFp8Mma ? 0.f : 8.f;
     auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
       bool moved = false;
