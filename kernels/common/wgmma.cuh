@@ -16,21 +16,13 @@ namespace attn::kern {
 #define ATTN_SM90A_DEVICE 1
 #endif
 
-// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K): the leading offset
-// is unused, the stride offset is the 1024 bytes between groups of 8 rows. N-major V: the
-// leading offset steps from head dims 0-63 to 64-127 (one half), the stride offset from keys
-// 0-7 to 8-15 (1024 bytes).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
-         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
-}
-
-// The same descriptor as its two 32-bit words, for stepping through tiles in a loop: `at(bytes)`
-// adds to the low word only (the start address field, bits 0-13, holds address / 16 and never
-// carries into the leading offset above it: shared-memory addresses are below 2^18), so each MMA
-// costs one integer add on its descriptor. Rebuilt from the address with the shifts, masks and
-// 64-bit ORs of sw128_desc, the descriptors took ~6 instructions per MMA in the consumers' loop of
-// the sm_90a prefill, as many issue slots as its exponentials (ncu, 2 x 4k).
+// A shared-memory matrix descriptor (128-byte swizzle; sw128_desc below says what its offsets
+// mean) as its two 32-bit words, for stepping through tiles in a loop: `at(bytes)` adds to the low
+// word only (the start address field, bits 0-13, holds address / 16 and never carries into the
+// leading offset above it: shared-memory addresses are below 2^18), so each MMA costs one integer
+// add on its descriptor. Rebuilt from the address with shifts, masks and 64-bit ORs, the
+// descriptors took ~6 instructions per MMA in the consumers' loop of the sm_90a prefill, as many
+// issue slots as its exponentials (ncu, 2 x 4k).
 struct Sw128Desc {
   uint32_t lo, hi;
   __device__ __forceinline__ Sw128Desc operator+(uint32_t bytes) const { return {lo + (bytes >> 4), hi}; }
@@ -47,6 +39,15 @@ struct Sw128Desc {
 };
 __device__ __forceinline__ Sw128Desc sw128_desc_words(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
   return {((smem_addr & 0x3FFFF) >> 4) | ((leading_bytes >> 4) << 16), (stride_bytes >> 4) | (1u << 30)};
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K): the leading offset
+// is unused, the stride offset is the 1024 bytes between groups of 8 rows. N-major V: the
+// leading offset steps from head dims 0-63 to 64-127 (one half), the stride offset from keys
+// 0-7 to 8-15 (1024 bytes).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  const Sw128Desc w = sw128_desc_words(smem_addr, leading_bytes, stride_bytes);
+  return (static_cast<uint64_t>(w.hi) << 32) | w.lo;
 }
 
 #if defined(ATTN_SM90A_DEVICE)

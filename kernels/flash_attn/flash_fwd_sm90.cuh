@@ -198,10 +198,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto item_of = [&](int w) {
     Item it;
-    const int tile = static_cast<int>(divs.heads_splits.div(static_cast<uint32_t>(w)));
-    const int hs = w - tile * p.num_kv_heads * p.num_splits;  // kv head * S + split
-    it.kvh = static_cast<int>(divs.splits.div(static_cast<uint32_t>(hs)));
-    it.split = hs - it.kvh * p.num_splits;
+    uint32_t tile, hs, kvh, split;  // hs = kv head * S + split
+    divs.heads_splits.divmod(static_cast<uint32_t>(w), tile, hs);
+    divs.splits.divmod(hs, kvh, split);
+    it.kvh = static_cast<int>(kvh);
+    it.split = static_cast<int>(split);
     it.seq = p.tiles[2 * tile];
     it.row0 = p.tiles[2 * tile + 1] * kBlockM;
     it.q_start = p.query_start_loc[it.seq];
@@ -661,8 +662,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int prow = warp_row0 + g + 8 * h;
-          const int pos = pos_base + token_of(prow);
-          const float slope = alibi ? p.alibi_slopes[kvh * G + prow - (pos - pos_base) * G] * kLog2e : 0.f;
+          const int t = token_of(prow);
+          const int pos = pos_base + t;
+          const float slope = alibi ? p.alibi_slopes[kvh * G + prow - t * G] * kLog2e : 0.f;
           const RowKeys vis = row_visible_keys(p, kv_lo, seq_len, pos);
 #pragma unroll
           for (int j = 0; j < kBlockN / 8; ++j) {
