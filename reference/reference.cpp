@@ -9,6 +9,7 @@
 
 #include <Eigen/Dense>
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/values.hpp"
@@ -117,8 +118,8 @@ struct WorkUnit {
 class ReferenceRunner {
  public:
   ReferenceRunner(const Batch& b, const Shape& sh, const std::vector<uint8_t>& chosen, Perturbation perturb,
-                  ReferenceResult& out)
-      : b_(b), sh_(sh), chosen_(chosen), perturb_(perturb), out_(out) {}
+                  std::optional<int> mla_flow, ReferenceResult& out)
+      : b_(b), sh_(sh), chosen_(chosen), perturb_(perturb), mla_flow_(sh.mla ? mla_flow : std::nullopt), out_(out) {}
 
   std::vector<WorkUnit> units() const {
     std::vector<WorkUnit> list;
@@ -140,9 +141,17 @@ class ReferenceRunner {
 
   void run(const WorkUnit& u) const {
     const ref::KeyRange span = key_span(u.req);
+    if (mla_flow_ && b_.requests[u.req].query_len == *mla_flow_) {
+      run_absorbed_decode(u.req, u.head, span);
+      return;
+    }
     Eigen::MatrixXd k, v;  // [span keys, dqk], [span keys, dv]
     if (sh_.mla) {
       build_mla_kv(u.req, u.head, span, k, v);
+      if (mla_flow_) {  // the prefill flow stores the up-projected K/V in the model dtype
+        round_to_model(k.leftCols(b_.spec.mla.qk_nope_head_dim));
+        round_to_model(v);
+      }
     } else {
       // A shifted GQA map: the group of kv head u reads kv head u + 1.
       const int kvh = perturb_ == Perturbation::gqa_shifted ? (u.head + 1) % sh_.hkv : u.head;
@@ -237,6 +246,45 @@ class ReferenceRunner {
     }
   }
 
+  template <class M>
+  void round_to_model(M&& m) const {
+    for (Eigen::Index c = 0; c < m.cols(); ++c)
+      for (Eigen::Index r = 0; r < m.rows(); ++r)
+        m(r, c) = static_cast<double>(round_to(b_.spec.dtype, static_cast<float>(m(r, c))));
+  }
+
+  // vLLM's MLA decode for q head h: q_latent = q_nope · W_UK[h]^T rounded to the model dtype,
+  // the attention over the latent rows (keys [kv_c ‖ k_pe], values kv_c) with the query
+  // [q_latent ‖ q_pe], then o = o_latent · W_UV[h]. Without the rounding this is the up-projected
+  // form of run() (q_nope · (kv_c W_UK)^T = (q_nope W_UK^T) · kv_c^T); with it, the exact result
+  // of the flow.
+  void run_absorbed_decode(int req, int h, ref::KeyRange span) const {
+    const MlaDims& m = b_.spec.mla;
+    const int rank = m.kv_lora_rank, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
+    Eigen::MatrixXd w_uk(rank, nope), w_uv(rank, m.v_head_dim);
+    for (int c = 0; c < rank; ++c) {
+      for (int d = 0; d < nope; ++d) w_uk(c, d) = b_.w_uk(h, c, d);
+      for (int d = 0; d < m.v_head_dim; ++d) w_uv(c, d) = b_.w_uv(h, c, d);
+    }
+    const int64_t n = span.size();
+    Eigen::MatrixXd k(n, rank + rope), v(n, rank);  // [span, rank + rope], [span, rank]
+    for (int64_t j = 0; j < n; ++j) {
+      const int pos = static_cast<int>(span.lo + j);
+      for (int c = 0; c < rank; ++c) k(j, c) = v(j, c) = b_.latent(req, pos, c);
+      for (int d = 0; d < rope; ++d) k(j, rank + d) = b_.latent(req, pos, rank + d);
+    }
+    Eigen::MatrixXd q;  // [query_len, nope + rope]
+    build_q(req, h, q);
+    Eigen::MatrixXd qa(q.rows(), rank + rope);
+    qa.leftCols(rank).noalias() = q.leftCols(nope) * w_uk.transpose();
+    round_to_model(qa.leftCols(rank));
+    qa.rightCols(rope) = q.rightCols(rope);
+    Eigen::MatrixXd o_latent;
+    Eigen::VectorXd lse;
+    ref::attend_head(qa, b_.requests[req].context_len, k, v, span.lo, visibility(req), logit_rule(h), o_latent, lse);
+    store(req, h, o_latent * w_uv, lse);
+  }
+
   // MLA head h: k = [kv_c · W_UK[h] ‖ k_pe]  [span, nope + rope],  v = kv_c · W_UV[h]  [span, dv],
   // with kv_c [span, rank] and k_pe [span, rope] read back from the latent cache.
   void build_mla_kv(int req, int h, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
@@ -279,6 +327,7 @@ class ReferenceRunner {
   const Shape& sh_;
   const std::vector<uint8_t>& chosen_;
   const Perturbation perturb_;
+  const std::optional<int> mla_flow_;  // ReferenceOptions::mla_flow_decode_q_len (MLA batches only)
   ReferenceResult& out_;  // units write disjoint (token, head) rows
 };
 
@@ -318,7 +367,7 @@ ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) 
   const std::vector<uint8_t> chosen = choose_pairs(out.pairs_total, opts.max_pairs, opts.sample_seed);
   out.pairs_checked = std::count(chosen.begin(), chosen.end(), uint8_t{1});
 
-  const ReferenceRunner runner(b, sh, chosen, opts.perturbation, out);
+  const ReferenceRunner runner(b, sh, chosen, opts.perturbation, opts.mla_flow_decode_q_len, out);
   const std::vector<WorkUnit> units = runner.units();
   // Units differ in cost by orders of magnitude (a 32k prefill vs a short decode), so workers
   // pull them largest first from a shared counter instead of taking fixed slices.

@@ -2,6 +2,7 @@
 // Exact attention in float64 (Eigen) from the Batch's logical sequences. Never reads a paged
 // cache or a block table.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/batch.hpp"
@@ -31,6 +32,13 @@ struct ReferenceOptions {
   uint64_t sample_seed = 0;
   int threads = 0;  // 0 = default_threads()
   Perturbation perturbation = Perturbation::none;
+  // vLLM's MLA data flow, which stores one intermediate in the model dtype before O: the result
+  // of that flow in exact arithmetic, the one rounding included, so that a backend running it is
+  // checked for its own arithmetic (docs/DESIGN.md, "Accuracy budgets"). Requests of this query
+  // length run the absorbed decode (q_latent = q_nope W_UK^T rounded, attention over the latent
+  // rows, o = o_latent W_UV); the others the prefill (k_nope = kv_c W_UK and v = kv_c W_UV
+  // rounded). Unset: the exact result.
+  std::optional<int> mla_flow_decode_q_len;
 };
 
 struct ReferenceResult {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include <Eigen/Dense>
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "model/batch.hpp"
 #include "reference/head_attention.hpp"
@@ -40,7 +42,10 @@ bool brute_visible(const Batch& b, int p, int key, int seq_len) {
   return true;
 }
 
-BruteResult brute_force(const Batch& b) {
+// flow: vLLM's MLA data flow (ReferenceOptions::mla_flow_decode_q_len): requests of that query
+// length take q_latent = q_nope W_UK^T rounded to the model dtype against the latent rows, the
+// others the up-projected K (nope part) and V rounded.
+BruteResult brute_force(const Batch& b, std::optional<int> flow = std::nullopt) {
   const AttentionSpec& s = b.spec;
   const bool mla = s.use_mla;
   const int hq = s.num_q_heads;
@@ -52,8 +57,11 @@ BruteResult brute_force(const Batch& b) {
   out.o.assign(static_cast<size_t>(b.num_tokens()) * hq * dv, 0.0);
   out.lse.assign(static_cast<size_t>(b.num_tokens()) * hq, 0.0);
 
+  auto rounded = [&](double x) { return static_cast<double>(round_to(s.dtype, static_cast<float>(x))); };
   for (int r = 0; r < b.num_reqs(); ++r) {
     const int ctx = b.requests[r].context_len, seq = b.requests[r].seq_len();
+    const bool absorbed = mla && flow && b.requests[r].query_len == *flow;
+    const bool up_rounded = mla && flow && !absorbed;
     for (int h = 0; h < hq; ++h) {
       // Every key and value of this (request, head), as plain vectors.
       std::vector<std::vector<double>> keys(seq, std::vector<double>(dqk));
@@ -63,13 +71,13 @@ BruteResult brute_force(const Batch& b) {
           for (int d = 0; d < nope; ++d) {
             double acc = 0;
             for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uk(h, c, d));
-            keys[j][d] = acc;
+            keys[j][d] = up_rounded ? rounded(acc) : acc;
           }
           for (int d = nope; d < dqk; ++d) keys[j][d] = b.latent(r, j, rank + (d - nope));
           for (int d = 0; d < dv; ++d) {
             double acc = 0;
             for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uv(h, c, d));
-            vals[j][d] = acc;
+            vals[j][d] = up_rounded ? rounded(acc) : acc;
           }
         } else {
           const int kvh = h / (hq / s.num_kv_heads);
@@ -82,11 +90,22 @@ BruteResult brute_force(const Batch& b) {
         const int64_t t = b.query_start_loc[r] + i;
         std::vector<double> logit(seq, 0.0);
         std::vector<bool> seen(seq, false);
+        std::vector<double> q_latent(absorbed ? rank : 0);  // q_nope W_UK^T, rounded
+        for (int c = 0; c < static_cast<int>(q_latent.size()); ++c) {
+          double acc = 0;
+          for (int d = 0; d < nope; ++d) acc += double(b.q(r, p, h, d)) * double(b.w_uk(h, c, d));
+          q_latent[c] = rounded(acc);
+        }
         double m = b.sinks.empty() ? -kInf : double(b.sinks[h]);
         for (int j = 0; j < seq; ++j) {
           if (!brute_visible(b, p, j, seq)) continue;
           double dot = 0;
-          for (int d = 0; d < dqk; ++d) dot += double(b.q(r, p, h, d)) * keys[j][d];
+          if (absorbed) {
+            for (int c = 0; c < rank; ++c) dot += q_latent[c] * double(b.latent(r, j, c));
+            for (int d = nope; d < dqk; ++d) dot += double(b.q(r, p, h, d)) * keys[j][d];
+          } else {
+            for (int d = 0; d < dqk; ++d) dot += double(b.q(r, p, h, d)) * keys[j][d];
+          }
           double x = scale * dot;
           if (s.logits_soft_cap > 0) x = s.logits_soft_cap * std::tanh(x / s.logits_soft_cap);
           if (!b.alibi.empty()) x += double(b.alibi[h]) * -std::abs(double(p - j));
@@ -310,6 +329,28 @@ TEST(Reference, MlaDecodeAndPrefill) {
   fp8.kv_cache_dtype = DType::fp8_e4m3;
   fp8.k_scale = fp8.v_scale = 0.05f;
   expect_matches_brute(batch_of(fp8, {{12, 1}, {4, 5}}, 16));
+}
+
+// vLLM's MLA data flow: the reference of the flow against the brute force of the same flow (an
+// independent derivation: the absorbed decode dots q_latent with the latent rows, the prefill
+// rounds its up-projected K/V), and the rounding visible against the exact result.
+TEST(Reference, MlaDataFlowRoundsItsStoredIntermediate) {
+  const Batch b = batch_of(mla(3), {{17, 1}, {0, 7}, {9, 6}, {30, 1}}, 15);
+  ReferenceOptions flow;
+  flow.mla_flow_decode_q_len = 1;
+  const ReferenceResult got = compute_reference(b, flow);
+  const BruteResult want = brute_force(b, 1);
+  EXPECT_LE(max_diff(got.o, want.o), kTol);
+  EXPECT_LE(max_diff(got.lse, want.lse), kTol);
+  const ReferenceResult exact = compute_reference(b);
+  EXPECT_GT(max_diff(got.o, exact.o), 1e-5);  // the rounding is there
+  EXPECT_LE(max_diff(got.o, exact.o), 0.05);  // and only a rounding
+  // Every request a prefill (no decode query length 2 here): the up-projection flow everywhere.
+  flow.mla_flow_decode_q_len = 2;
+  EXPECT_LE(max_diff(compute_reference(b, flow).o, brute_force(b, 2).o), kTol);
+  // A non-MLA batch has no such flow: the option changes nothing.
+  const Batch plain = batch_of(mha(4, 2, 16, 8), {{12, 1}, {3, 5}}, 16);
+  EXPECT_EQ(max_diff(compute_reference(plain, flow).o, compute_reference(plain).o), 0.0);
 }
 
 TEST(Reference, MlaRealDims) {

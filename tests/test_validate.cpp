@@ -181,7 +181,7 @@ TEST_F(ValidateFloorTest, TwiceTheFloorFails) {
 }
 
 TEST_F(ValidateFloorTest, StoredIntermediatesRaiseTheFloorBySqrtOnePlusN) {
-  // One stored intermediate (FLASHMLA): the floor of the data flow is sqrt(2) x O's rounding, so
+  // One stored intermediate the reference has no model of: the floor of the flow is sqrt(2) x O's rounding, so
   // 2 x the single rounding passes (1.41 x the data-flow floor) and 2 x the data-flow floor fails.
   AttentionOutput two = scaled_rounding(2.0);
   two.stored_roundings = 1;
@@ -195,6 +195,39 @@ TEST_F(ValidateFloorTest, StoredIntermediatesRaiseTheFloorBySqrtOnePlusN) {
   EXPECT_NEAR(v.err_over_floor, 2.0, 1e-3);
   // Without the declaration the same 2 x error fails, as before.
   EXPECT_FALSE(validate_output(b, scaled_rounding(2.0), ref, budget).pass);
+}
+
+// FLASHMLA declares vLLM's MLA data flow: it is checked against the reference of that flow (the
+// rounded q_latent included), where the exact flow rounded once sits on O's floor. On peaked
+// scores the same output is far from the exact result: a fixed floor factor would fail it.
+TEST(ValidateMlaFlow, CheckedAgainstTheReferenceOfTheDeclaredFlow) {
+  AttentionSpec s;
+  s.use_mla = true;
+  s.num_q_heads = 4;
+  s.num_kv_heads = 1;
+  s.head_size_qk = s.mla.qk_head_dim();
+  s.head_size_v = s.mla.v_head_dim;
+  s.block_size = 64;
+  BatchShape shape;
+  shape.label = "mla-peaked";
+  shape.requests = {{300, 1}, {700, 1}};
+  shape.data.logit_std = 12.0;
+  const Batch b = make_batch(s, shape, 21);
+  AttentionOutput declared;
+  declared.mla_flow_decode_q_len = 1;
+  const ReferenceOptions opts = reference_options_for(declared, ReferenceOptions{});
+  ASSERT_EQ(opts.mla_flow_decode_q_len, 1);
+  const ReferenceResult flow = compute_reference(b, opts);
+  AttentionOutput out = output_of(flow);
+  for (float& x : out.o) x = round_to(DType::bf16, x);
+  out.mla_flow_decode_q_len = 1;
+  const Budget budget = default_budget(DType::bf16);
+  const ValidationResult v = validate_output(b, out, flow, budget);
+  EXPECT_TRUE(v.pass) << v.failure;
+  EXPECT_LE(v.err_over_floor, 1.0 + 1e-9);
+  const ValidationResult exact = validate_output(b, out, compute_reference(b), budget);
+  EXPECT_FALSE(exact.pass);
+  EXPECT_GT(exact.err_over_floor, budget.k_l2);
 }
 
 TEST_F(ValidateFloorTest, CoarseRoundingsAddTheirUnitRoundoffUnderTheRoot) {

@@ -44,11 +44,17 @@ struct AttentionOutput {
   // The precision the backend computed and stored O in; it picks the default budget (DESIGN.md).
   // Unset = the model dtype (a bf16 kernel writing bf16 O). The cpu backend is fp32 throughout.
   std::optional<DType> precision;
-  // Intermediates the backend's data flow stores in that precision before O, each rounded once
-  // (FLASHMLA, as vLLM: the absorbed q_latent of a decode, the up-projected K/V of a prefill).
-  // The exact result cannot be reached through them: the floor grows to sqrt(1 + n) times the
-  // rounding of O alone (DESIGN.md, "Accuracy budgets").
+  // Intermediates the backend's data flow stores in that precision before O, each rounded once,
+  // where the reference has no model of the flow: the exact result cannot be reached through
+  // them, so the floor grows to sqrt(1 + n) times the rounding of O alone (DESIGN.md, "Accuracy
+  // budgets").
   int stored_roundings = 0;
+  // vLLM's MLA data flow (FLASHMLA): the absorbed q_latent of a decode (the requests of this query
+  // length) or the up-projected K/V of a prefill stored in the model dtype. The output is checked
+  // against the reference of that flow (ReferenceOptions::mla_flow_decode_q_len, the rounding
+  // included), so its budget covers its arithmetic alone: how much the rounding moves O depends on
+  // the data (peaked scores amplify a rounded q_latent), which no fixed factor models.
+  std::optional<int> mla_flow_decode_q_len;
   // Intermediates rounded once each to a dtype coarser than O's (FLASH_ATTN's fp8 tensor-core
   // path rounds the probabilities P to e4m3 before P V): each adds its own unit roundoff, relative
   // to O's, under the square root of the data-flow floor (DESIGN.md, "Accuracy budgets").

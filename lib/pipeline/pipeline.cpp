@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -249,6 +250,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       }
     }
 
+    // The reference of a data flow an output declares (FLASHMLA's MLA flow), computed once.
+    std::optional<ReferenceResult> flow_ref;
+    std::optional<int> flow_ref_q_len;
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
     for (size_t bi = 0; bi < backends.size(); ++bi) {
       const Backend* be = backends[bi];
@@ -295,7 +299,14 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         // scenario's [check] overrides.
         Budget budget = apply_overrides(default_budget(out.precision.value_or(s.spec.dtype)), s.check);
         budget.strict = budget.strict || opts.strict;
-        const ValidationResult v = validate_output(batch, out, ref, budget);
+        const ReferenceOptions flow_opts = reference_options_for(out, refopts);
+        if (flow_opts.mla_flow_decode_q_len && (!flow_ref || flow_ref_q_len != flow_opts.mla_flow_decode_q_len)) {
+          if (opts.progress) opts.progress(fmt::format("{}: reference of {}'s data flow", batch.label, be->name()));
+          flow_ref = compute_reference(batch, flow_opts);
+          flow_ref_q_len = flow_opts.mla_flow_decode_q_len;
+        }
+        const ReferenceResult& check_ref = flow_opts.mla_flow_decode_q_len ? *flow_ref : ref;
+        const ValidationResult v = validate_output(batch, out, check_ref, budget);
         row.max_abs_err = v.max_abs_err;
         row.max_rel_err = v.max_rel_err;
         row.rel_l2 = v.rel_l2;

@@ -201,6 +201,11 @@ std::string budget_failure(const Accumulated& acc, const Budget& budget, double 
 
 }  // namespace
 
+ReferenceOptions reference_options_for(const AttentionOutput& out, ReferenceOptions base) {
+  base.mla_flow_decode_q_len = out.mla_flow_decode_q_len;
+  return base;
+}
+
 ValidationResult validate_output(const Batch& b, const AttentionOutput& out, const ReferenceResult& ref,
                                  const Budget& budget) {
   const int64_t rows = ref.num_tokens * ref.num_heads;

@@ -61,6 +61,10 @@ struct ValidationResult {
   double naive_rel_l2 = -1;     // strict mode: the naive implementation's error
 };
 
+// The reference an output is checked against: `base` (the exact result), or the result of the
+// data flow the output declares (AttentionOutput::mla_flow_decode_q_len) with base's sample.
+ReferenceOptions reference_options_for(const AttentionOutput& out, ReferenceOptions base);
+
 ValidationResult validate_output(const Batch& b, const AttentionOutput& out, const ReferenceResult& ref,
                                  const Budget& budget);
 

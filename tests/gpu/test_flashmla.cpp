@@ -63,7 +63,7 @@ Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& o
   ReferenceOptions ro;
   ro.max_pairs = max_pairs;
   ro.sample_seed = 5;
-  const ReferenceResult ref = compute_reference(b, ro);
+  const ReferenceResult ref = compute_reference(b, reference_options_for(r.out, ro));
   r.v = validate_output(b, r.out, ref, default_budget(b.spec.dtype));
   return r;
 }

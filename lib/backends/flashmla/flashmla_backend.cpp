@@ -225,8 +225,9 @@ class FlashMlaInstance final : public BackendInstance {
     out.num_heads = s.num_q_heads;
     out.head_size_v = s.head_size_v;
     // vLLM's data flow rounds one intermediate to the model dtype before O: the absorbed q_latent
-    // (decode; o_latent stays fp32 here) or the up-projected K/V (prefill).
-    out.stored_roundings = 1;
+    // (decode; o_latent stays fp32 here) or the up-projected K/V (prefill). The reference of that
+    // flow includes the rounding.
+    out.mla_flow_decode_q_len = decode_q_len_of(batch_);
     const int64_t row = int64_t{s.num_q_heads} * s.head_size_v;
     const std::size_t n = static_cast<std::size_t>(out.num_tokens * row);
     std::vector<uint8_t> raw(n * dtype_size(s.dtype));
