@@ -33,6 +33,16 @@ AttentionSpec small_spec(DType dtype) {
 }
 
 // Three requests: a decode, a fresh prefill and a chunked prefill. query_start_loc = [0, 1, 5, 8].
+// DeepSeek-V3's MLA dimensions (the MlaDims defaults), 64-token blocks.
+void make_mla(AttentionSpec& s, int heads) {
+  s.use_mla = true;
+  s.num_q_heads = heads;
+  s.num_kv_heads = 1;
+  s.head_size_qk = s.mla.qk_head_dim();
+  s.head_size_v = s.mla.v_head_dim;
+  s.block_size = 64;
+}
+
 Batch small_batch(const AttentionSpec& spec, uint64_t seed = 7) {
   BatchShape shape;
   shape.label = "validate-test";
@@ -202,12 +212,7 @@ TEST_F(ValidateFloorTest, StoredIntermediatesRaiseTheFloorBySqrtOnePlusN) {
 // scores the same output is far from the exact result: a fixed floor factor would fail it.
 TEST(ValidateMlaFlow, CheckedAgainstTheReferenceOfTheDeclaredFlow) {
   AttentionSpec s;
-  s.use_mla = true;
-  s.num_q_heads = 4;
-  s.num_kv_heads = 1;
-  s.head_size_qk = s.mla.qk_head_dim();
-  s.head_size_v = s.mla.v_head_dim;
-  s.block_size = 64;
+  make_mla(s, 4);
   BatchShape shape;
   shape.label = "mla-peaked";
   shape.requests = {{300, 1}, {700, 1}};
@@ -603,12 +608,7 @@ INSTANTIATE_TEST_SUITE_P(
                   }},
         NaiveCase{"mla",
                   [](AttentionSpec& s, BatchShape& sh) {
-                    s.use_mla = true;
-                    s.num_q_heads = 2;
-                    s.num_kv_heads = 1;
-                    s.head_size_qk = s.mla.qk_head_dim();
-                    s.head_size_v = s.mla.v_head_dim;
-                    s.block_size = 64;
+                    make_mla(s, 2);
                     sh.requests = {{9, 1}, {0, 3}};
                   }}),
     [](const ::testing::TestParamInfo<NaiveCase>& info) { return std::string(info.param.name); });
