@@ -261,11 +261,8 @@ class ReferenceRunner {
   void run_absorbed_decode(int req, int h, ref::KeyRange span) const {
     const MlaDims& m = b_.spec.mla;
     const int rank = m.kv_lora_rank, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
-    Eigen::MatrixXd w_uk(rank, nope), w_uv(rank, m.v_head_dim);
-    for (int c = 0; c < rank; ++c) {
-      for (int d = 0; d < nope; ++d) w_uk(c, d) = b_.w_uk(h, c, d);
-      for (int d = 0; d < m.v_head_dim; ++d) w_uv(c, d) = b_.w_uv(h, c, d);
-    }
+    Eigen::MatrixXd w_uk, w_uv;
+    mla_weights(h, w_uk, w_uv);
     const int64_t n = span.size();
     Eigen::MatrixXd k(n, rank + rope), v(n, rank);  // [span, rank + rope], [span, rank]
     for (int64_t j = 0; j < n; ++j) {
@@ -285,16 +282,23 @@ class ReferenceRunner {
     store(req, h, o_latent * w_uv, lse);
   }
 
-  // MLA head h: k = [kv_c · W_UK[h] ‖ k_pe]  [span, nope + rope],  v = kv_c · W_UV[h]  [span, dv],
-  // with kv_c [span, rank] and k_pe [span, rope] read back from the latent cache.
-  void build_mla_kv(int req, int h, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
+  // W_UK[h] [rank, nope] and W_UV[h] [rank, dv] of MLA head h.
+  void mla_weights(int h, Eigen::MatrixXd& w_uk, Eigen::MatrixXd& w_uv) const {
     const MlaDims& m = b_.spec.mla;
-    Eigen::MatrixXd w_uk(m.kv_lora_rank, m.qk_nope_head_dim);  // [rank, nope]
-    Eigen::MatrixXd w_uv(m.kv_lora_rank, m.v_head_dim);        // [rank, dv]
+    w_uk.resize(m.kv_lora_rank, m.qk_nope_head_dim);
+    w_uv.resize(m.kv_lora_rank, m.v_head_dim);
     for (int c = 0; c < m.kv_lora_rank; ++c) {
       for (int d = 0; d < m.qk_nope_head_dim; ++d) w_uk(c, d) = b_.w_uk(h, c, d);
       for (int d = 0; d < m.v_head_dim; ++d) w_uv(c, d) = b_.w_uv(h, c, d);
     }
+  }
+
+  // MLA head h: k = [kv_c · W_UK[h] ‖ k_pe]  [span, nope + rope],  v = kv_c · W_UV[h]  [span, dv],
+  // with kv_c [span, rank] and k_pe [span, rope] read back from the latent cache.
+  void build_mla_kv(int req, int h, ref::KeyRange span, Eigen::MatrixXd& k, Eigen::MatrixXd& v) const {
+    const MlaDims& m = b_.spec.mla;
+    Eigen::MatrixXd w_uk, w_uv;  // [rank, nope], [rank, dv]
+    mla_weights(h, w_uk, w_uv);
     const int64_t n = span.size();
     k.resize(n, sh_.dqk);
     v.resize(n, sh_.dv);
