@@ -44,11 +44,6 @@ struct AttentionOutput {
   // The precision the backend computed and stored O in; it picks the default budget (DESIGN.md).
   // Unset = the model dtype (a bf16 kernel writing bf16 O). The cpu backend is fp32 throughout.
   std::optional<DType> precision;
-  // Intermediates the backend's data flow stores in that precision before O, each rounded once,
-  // where the reference has no model of the flow: the exact result cannot be reached through
-  // them, so the floor grows to sqrt(1 + n) times the rounding of O alone (DESIGN.md, "Accuracy
-  // budgets").
-  int stored_roundings = 0;
   // vLLM's MLA data flow (FLASHMLA): the absorbed q_latent of a decode (the requests of this query
   // length) or the up-projected K/V of a prefill stored in the model dtype. The output is checked
   // against the reference of that flow (ReferenceOptions::mla_flow_decode_q_len, the rounding

@@ -148,11 +148,11 @@ Floor precision_floor(const std::vector<double>& want, const std::vector<uint8_t
   return f;
 }
 
-// The data-flow factor of an output's floor: its stored intermediates round about as much as O
-// itself and its coarse ones by their own unit roundoff, each independently of O's rounding, so
-// the floor of the flow is sqrt(1 + n + sum (u_d / u)^2) times O's rounding alone.
+// The data-flow factor of an output's floor: its coarse intermediates round by their own unit
+// roundoff, each independently of O's rounding, so the floor of the flow is
+// sqrt(1 + sum (u_d / u)^2) times O's rounding alone.
 double data_flow_factor(const AttentionOutput& out, double u) {
-  double sum = 1.0 + std::max(out.stored_roundings, 0);
+  double sum = 1.0;
   for (DType d : out.coarse_roundings) {
     const double ratio = unit_roundoff(d) / u;
     sum += ratio * ratio;
@@ -227,9 +227,8 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
 
   const double u = unit_roundoff(budget.precision);
   Floor floor = precision_floor(ref.o, ref.checked, rows, ref.head_size_v, budget.precision);
-  // Stored intermediates add roundings of about the size of O's own, coarse ones roundings of
-  // their dtype's size, each independent of O's: the floor of the data flow, and the per-element
-  // scale, grow by sqrt(1 + n + sum (u_d / u)^2).
+  // Coarse intermediates add roundings of their dtype's size, each independent of O's: the floor
+  // of the data flow, and the per-element scale, grow by sqrt(1 + sum (u_d / u)^2).
   const double flow = data_flow_factor(out, u);
   floor.rel_l2 *= flow;
   auto row_scale = [&](int64_t r) { return u * flow * floor.row_rms[static_cast<size_t>(r)]; };
