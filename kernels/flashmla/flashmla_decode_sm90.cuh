@@ -20,11 +20,12 @@
 //   P0 2^(m0 - m1) stored               -->      O_R += P0 V0R
 //   O_L = O_L 2^(m0 - m1) + P1 V1L
 //
-// so each warpgroup's softmax runs while the other one's products keep the tensor cores busy,
-// and each multiplies S over all 64 keys of a block (m64n64k16: half the shared-memory reads per
-// product of 32-key tiles). V is the first 512 columns of the same key rows (N-major B). P0,
-// which warpgroup 1 multiplies, goes into K0's rope column block (no product reads it once S0
-// is done); P1 into a buffer of its own.
+// (the maxima lazily: m0 stays m unless S0 exceeds it by more than 2^8, and so does m1; the factors
+// are then exactly 1 and O is not rescaled), so each warpgroup's softmax runs while the other
+// one's products keep the tensor cores busy, and each multiplies S over all 64 keys of a block
+// (m64n64k16: half the shared-memory reads per product of 32-key tiles). V is the first 512
+// columns of the same key rows (N-major B). P0, which warpgroup 1 multiplies, goes into K0's
+// rope column block (no product reads it once S0 is done); P1 into a buffer of its own.
 // - One producer thread moves, per request piece, the 64 x 576 Q tile (9 boxes, one barrier),
 //   then each block as two groups with their own full (transaction bytes) and empty barriers:
 //   a = columns 0..255 and b = columns 256..575. Each group is last read by one warpgroup's
@@ -47,6 +48,7 @@
 #include <cstdint>
 
 #include "kernels/common/mbarrier.cuh"
+#include "kernels/common/online_softmax.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_image.cuh"
 #include "kernels/common/tma.cuh"
@@ -248,16 +250,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(s);
-        // Mask (the piece's key range, the causal limit of each row), scale to log2 units.
+        // Mask the keys some row does not see: past the piece's end and, with two query tokens,
+        // the first token's causal limit; only a piece's last block holds such keys. The scores
+        // stay raw: the scale to log2 units goes into the exponent (one FFMA per score).
         const int key0 = nk * kBlockN;
+        if (key0 + kBlockN > min(kend, seq_len - p.q_len + 1)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+          for (int j = 0; j < 8; ++j) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + 8 * j + 2 * tq + (e % 2);
-            const int h = e / 2;
-            const bool visible = key < kend && key <= seq_len - p.q_len + row_q[h];
-            s[4 * j + e] = visible ? s[4 * j + e] * scale_log2 : -INFINITY;
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + 8 * j + 2 * tq + (e % 2);
+              const bool visible = key < kend && key <= seq_len - p.q_len + row_q[e / 2];
+              if (!visible) s[4 * j + e] = -INFINITY;
+            }
           }
         }
       }
@@ -271,19 +276,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         m_in[h] = w == 0 ? row_max[h] : sM0[r];
         mx[h] = m_in[h];
         if (has_mine) {
+          float raw = -INFINITY;  // softmax_scale > 0: the max of the raw scores, scaled, is the max
 #pragma unroll
-          for (int j = 0; j < 8; ++j) mx[h] = fmaxf(mx[h], fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+          for (int j = 0; j < 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+          mx[h] = fmaxf(mx[h], raw * scale_log2);
         }
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        // Lazy re-basing (OnlineSoftmaxRow::update_lazy): the max P is taken against moves only
+        // when the block's scores exceed it by more than 2^8, so P <= 256 and the factor is
+        // exactly 1 on most blocks, and rescale_o skips O. -inf + 8 is -inf: the first block with
+        // a visible key always sets the max.
+        const bool grow = mx[h] > m_in[h] + OnlineSoftmaxRow::kLazyRescaleLog2;
+        mx[h] = grow ? mx[h] : m_in[h];
         const float m_use = mx[h] == -INFINITY ? 0.f : mx[h];  // no visible key yet: keep P = 0
-        alpha[h] = fast_exp2(m_in[h] - m_use);                 // 2^(m - m0) or 2^(m0 - m1)
+        alpha[h] = grow ? fast_exp2(m_in[h] - m_use) : 1.f;   // 2^(m - m0) or 2^(m0 - m1)
         float sum = 0.f;
         if (has_mine) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            s[4 * j + 2 * h] = fast_exp2(s[4 * j + 2 * h] - m_use);
-            s[4 * j + 2 * h + 1] = fast_exp2(s[4 * j + 2 * h + 1] - m_use);
+            s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_use));
+            s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use));
             sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
           }
         }
