@@ -15,23 +15,26 @@
 //   warpgroup 0                                  warpgroup 1
 //   S0 = Q K0^T                                  S1 = Q K1^T
 //   m0 = max(m, rowmax S0), P0 = 2^(S0 - m0)
-//   O_L = O_L 2^(m - m0) + P0 V0L       -->      m1 = max(m0, rowmax S1), P1 = 2^(S1 - m1)
-//                                       <--      O_R = O_R 2^(m - m1) + P1 V1R; P1 stored
-//   P0 2^(m0 - m1) stored               -->      O_R += P0 V0R
-//   O_L = O_L 2^(m0 - m1) + P1 V1L
+//   P0 stored                           -->      O_R = O_R 2^(m - m0) + P0 V0R, and under it
+//   O_L = O_L 2^(m - m0) + P0 V0L                m1 = max(m0, rowmax S1), P1 = 2^(S1 - m1)
+//                                       <--      P1 stored
+//   O_L = O_L 2^(m0 - m1) + P1 V1L               O_R = O_R 2^(m0 - m1) + P1 V1R
 //
 // (the maxima lazily: m0 stays m unless S0 exceeds it by more than 2^8, and so does m1; the factors
 // are then exactly 1 and O is not rescaled), so each warpgroup's softmax runs while the other
 // one's products keep the tensor cores busy, and each multiplies S over all 64 keys of a block
 // (m64n64k16: half the shared-memory reads per product of 32-key tiles). V is the first 512
 // columns of the same key rows (N-major B). P0, which warpgroup 1 multiplies, goes into K0's
-// rope column block (no product reads it once S0 is done); P1 into a buffer of its own.
+// rope column block (no product reads it once S0 is done); P1 into a buffer of its own. Each P
+// is stored in its own max's scale, so warpgroup 1 multiplies P0 as soon as it is stored, before
+// its own softmax: K0 is free for the next round by mid-round, and the next round's S0 does not
+// wait for its copies (128 heads, 64 x 4k: 147 -> 130 us against multiplying P0 last, after P1).
 // - One producer thread moves, per request piece, the 64 x 576 Q tile (9 boxes, one barrier),
 //   then each block as two groups with their own full (transaction bytes) and empty barriers:
 //   a = columns 0..255 and b = columns 256..575. Each group is last read by one warpgroup's
 //   product (K0: a by P0 V0L, b by P0 V0R; K1: b by P1 V1R, a by P1 V1L) and refilled as soon as
 //   that product is done; the producer loads the groups in the order they come free (K0 a,
-//   K1 b, K0 b, K1 a), and each warpgroup's S takes its block's groups in that order too.
+//   K0 b, K1 b, K1 a), and each warpgroup's S takes its block's groups in that order too.
 // - Key rows past the piece's end (the NaN page tail) are loaded as they are: S masks them to
 //   -inf, and each warpgroup zeroes its half of those V rows before its product, so 0 x NaN never
 //   happens.
@@ -74,7 +77,7 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnre
 constexpr int kColBytes = 64 * 128;                 // one column block of a 64-row tile: 8 KB
 constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
 constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
-constexpr int kBarriers = 14;  // K full/empty (8), Q full/empty, the four hand-offs of a round
+constexpr int kBarriers = 12;  // K full/empty (8), Q full/empty, the two hand-offs of a round
 constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 1024;  // + P1
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
@@ -105,10 +108,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full_bar = [&](int k, int g) { return bar_addr + 8 * (2 * k + g); };
   auto empty_bar = [&](int k, int g) { return bar_addr + 8 * (4 + 2 * k + g); };
   const uint32_t q_full = bar_addr + 8 * 8, q_empty = bar_addr + 8 * 9;
-  // Hand-offs of a round: m0 and 2^(m - m0) (warpgroup 0 -> 1), m1 and 2^(m0 - m1) (1 -> 0), the
-  // stored P0 (0 -> 1) and P1 (1 -> 0).
-  const uint32_t h_scale0 = bar_addr + 8 * 10, h_scale1 = bar_addr + 8 * 11, h_p0 = bar_addr + 8 * 12,
-                 h_p1 = bar_addr + 8 * 13;
+  // Hand-offs of a round: m0, 2^(m - m0) and the stored P0 (warpgroup 0 -> 1); m1, 2^(m0 - m1)
+  // and the stored P1 (1 -> 0).
+  const uint32_t h_scale0 = bar_addr + 8 * 10, h_scale1 = bar_addr + 8 * 11;
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Warp and warpgroup indices through a shuffle, so that the compiler sees them warp-uniform and
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init(q_full, 1);
     mbar_init(q_empty, 8);
-    for (int i = 0; i < 4; ++i) mbar_init(h_scale0 + 8 * i, 128);
+    for (int i = 0; i < 2; ++i) mbar_init(h_scale0 + 8 * i, 128);
     fence_barrier_init();
   }
   __syncthreads();
@@ -160,14 +162,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         piece_keys(req, kbegin, kend);
         const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
         const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
-        // Per round, the groups in the order their previous contents are released: K0's a
-        // (mid-round), K1's b (mid-round), K0's b, K1's a (the round's last products). The
+        // Per round, the groups in the order their previous contents are released: K0's a and
+        // b (mid-round, after P0 V0L and P0 V0R), K1's b and a (the round's last products). The
         // piece's first block goes ahead of its Q, which waits for the previous piece's end.
         for (int n0 = n_begin; n0 < n_end || n0 == n_begin; n0 += 2) {
           const bool has0 = n0 < n_end, has1 = n0 + 1 < n_end;
           if (has0) load_group(0, 0, table[n0], uses0);
+          if (has0) load_group(0, 1, table[n0], uses0);
           if (n0 == n_begin) {
-            if (has0) load_group(0, 1, table[n0], uses0);
             // Q: packed rows row0 .. row0 + 63 of the request are rows req * rows + row0 .. of
             // the [batch * rows, 576] query; rows past the request belong to the next one (or
             // are zero-filled past the tensor) and are never stored.
@@ -177,7 +179,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load_2d(sQ_addr + cb * kColBytes, &tm_q, cb * 64, req * rows + row0, q_full);
           }
           if (has1) load_group(1, 1, table[n0 + 1], uses1);
-          if (has0 && n0 != n_begin) load_group(0, 1, table[n0], uses0);
           if (has1) load_group(1, 0, table[n0 + 1], uses1);
           uses0 += has0;
           uses1 += has1;
@@ -266,55 +267,49 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      // Row maxima: warpgroup 0 from the running max, warpgroup 1 from warpgroup 0's.
-      // Round parities: every round completes each hand-off once, P1's only with a block in K1.
-      if (w == 1) mbar_wait(h_scale0, uses0 & 1);
-      float m_in[2], mx[2], alpha[2];
+      float alpha[2];  // 2^(m_in - m_new) per row of my block's softmax
+      // My block's softmax against m_in (warpgroup 0: the running max m; warpgroup 1: m0): the
+      // new row maxima, lazily (OnlineSoftmaxRow::update_lazy: a max moves only when the scores
+      // exceed it by more than 2^8, so P <= 256 and the factor is exactly 1 on most blocks and
+      // rescale_o skips O; -inf + 8 is -inf, so the first block with a visible key sets it), P in
+      // s, the row sums; the new maxima and factors published for the other warpgroup.
+      auto softmax = [&](const float (&m_in)[2]) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * ww + g + 8 * h;
-        m_in[h] = w == 0 ? row_max[h] : sM0[r];
-        mx[h] = m_in[h];
-        if (has_mine) {
-          float raw = -INFINITY;  // softmax_scale > 0: the max of the raw scores, scaled, is the max
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * ww + g + 8 * h;
+          float mx = m_in[h];
+          if (has_mine) {
+            float raw = -INFINITY;  // softmax_scale > 0: the max of the raw scores, scaled, is the max
 #pragma unroll
-          for (int j = 0; j < 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-          mx[h] = fmaxf(mx[h], raw * scale_log2);
-        }
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        // Lazy re-basing (OnlineSoftmaxRow::update_lazy): the max P is taken against moves only
-        // when the block's scores exceed it by more than 2^8, so P <= 256 and the factor is
-        // exactly 1 on most blocks, and rescale_o skips O. -inf + 8 is -inf: the first block with
-        // a visible key always sets the max.
-        const bool grow = mx[h] > m_in[h] + OnlineSoftmaxRow::kLazyRescaleLog2;
-        mx[h] = grow ? mx[h] : m_in[h];
-        const float m_use = mx[h] == -INFINITY ? 0.f : mx[h];  // no visible key yet: keep P = 0
-        alpha[h] = grow ? fast_exp2(m_in[h] - m_use) : 1.f;   // 2^(m - m0) or 2^(m0 - m1)
-        float sum = 0.f;
-        if (has_mine) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_use));
-            s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use));
-            sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+            for (int j = 0; j < 8; ++j) raw = fmaxf(raw, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+            mx = fmaxf(mx, raw * scale_log2);
           }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const bool grow = mx > m_in[h] + OnlineSoftmaxRow::kLazyRescaleLog2;
+          mx = grow ? mx : m_in[h];
+          const float m_use = mx == -INFINITY ? 0.f : mx;  // no visible key yet: keep P = 0
+          alpha[h] = grow ? fast_exp2(m_in[h] - m_use) : 1.f;
+          float sum = 0.f;
+          if (has_mine) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_use));
+              s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use));
+              sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+            }
+          }
+          if (tq == 0) {
+            (w == 0 ? sM0 : sM1)[r] = mx;
+            (w == 0 ? sScale0 : sScale1)[r] = alpha[h];
+          }
+          row_sum[h] = row_sum[h] * alpha[h] + sum;
+          row_max[h] = mx;
         }
-        if (tq == 0) {
-          (w == 0 ? sM0 : sM1)[r] = mx[h];
-          (w == 0 ? sScale0 : sScale1)[r] = alpha[h];
-        }
-        // Warpgroup 1 also takes warpgroup 0's factor on its O and sums: both reach m1 this round.
-        const float a_own = w == 0 ? alpha[h] : alpha[h] * sScale0[r];
-        row_sum[h] = row_sum[h] * a_own + sum;
-        alpha[h] = a_own;
-        row_max[h] = mx[h];
-      }
-      mbar_arrive(w == 0 ? h_scale0 : h_scale1);
-
+      };
       // My P as the A fragments of the block's four k-steps.
       uint32_t pa[4][4];
-      if (has_mine) {
+      auto pack_p = [&] {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           pa[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -322,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           pa[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
           pa[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
         }
-      }
+      };
       // Group g of buffer k (warpgroup g's V columns among them) has landed.
       auto landed = [&](int k, int grp) { mbar_wait(full_bar(k, grp), (k == 0 ? uses0 : uses1) & 1); };
       // The piece's last block, if it ends inside it: zero my V columns of the rows past kend in
@@ -342,16 +337,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       // P0 goes into the rope column block of K0, P1 into its own buffer.
       auto p_addr = [&](int k) { return k == 0 ? sK_addr(0) + 8 * kColBytes : smem_u32(sP1); };
-      // Stores P (scaled by f0 / f1 in rows g / g + 8) for the other warpgroup's product.
-      auto store_p = [&](int k, float f0, float f1) {
+      // Stores my P (packed by pack_p) for the other warpgroup's product.
+      auto store_p = [&](int k) {
         uint8_t* sp = k == 0 ? smem + kTileBytes + 8 * kColBytes : sP1;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            const int h = q % 2, r = 16 * ww + g + 8 * h, chunk = 2 * kk + q / 2;
-            *reinterpret_cast<uint32_t*>(sp + r * 128 + ((chunk ^ (r & 7)) << 4) + tq * 4) =
-                pack2<Element>(s[8 * kk + 2 * q] * (h ? f1 : f0), s[8 * kk + 2 * q + 1] * (h ? f1 : f0));
+            const int r = 16 * ww + g + 8 * (q % 2), chunk = 2 * kk + q / 2;
+            *reinterpret_cast<uint32_t*>(sp + r * 128 + ((chunk ^ (r & 7)) << 4) + tq * 4) = pa[kk][q];
           }
         }
         fence_proxy_async();  // read by the other warpgroup's tensor cores
@@ -386,8 +380,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) mbar_arrive(empty_bar(k, grp));
       };
 
+
+      // Round parities: every round completes each hand-off once.
       if (w == 0) {
-        // O_L = O_L 2^(m - m0) + P0 V0L, then group a of K0 goes back to the producer.
+        // m0 and P0 (stored, in m0's scale) for warpgroup 1, then O_L = O_L 2^(m - m0) + P0 V0L;
+        // group a of K0 goes back to the producer.
+        const float m_in[2] = {row_max[0], row_max[1]};
+        softmax(m_in);
+        pack_p();
+        store_p(0);
+        mbar_arrive(h_scale0);
         rescale_o(alpha[0], alpha[1]);
         zero_tail(0, n0);
         fence_regs(acc_o);
@@ -397,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_regs(acc_o);
         release(0, 0);
-        // P0 scaled to m1 for warpgroup 1's O_R, then O_L = O_L 2^(m0 - m1) + P1 V1L.
+        // O_L = O_L 2^(m0 - m1) + P1 V1L (P1 stored by warpgroup 1 in m1's scale).
         mbar_wait(h_scale1, uses0 & 1);
         float f1[2];
 #pragma unroll
@@ -407,12 +409,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           row_max[h] = sM1[r];
           row_sum[h] *= f1[h];
         }
-        store_p(0, f1[0], f1[1]);
-        mbar_arrive(h_p0);
+        rescale_o(f1[0], f1[1]);
         if (has1) {
-          mbar_wait(h_p1, uses1 & 1);
           landed(1, 0);
-          rescale_o(f1[0], f1[1]);
           zero_tail(1, n0 + 1);
           fence_regs(acc_o);
           wgmma_fence();
@@ -421,32 +420,47 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
           fence_regs(acc_o);
           release(1, 0);
-        } else {
-          rescale_o(f1[0], f1[1]);
         }
       } else {
-        // O_R = O_R 2^(m - m1) + P1 V1R (P1 stored for warpgroup 0 first), then + P0 V0R.
-        if (has1) {
-          store_p(1, 1.f, 1.f);
-          mbar_arrive(h_p1);
+        // O_R = O_R 2^(m - m0) + P0 V0R as soon as warpgroup 0 has stored P0; my softmax runs
+        // under that product, so group b of K0 goes back to the producer mid-round. Then
+        // O_R = O_R 2^(m0 - m1) + P1 V1R.
+        mbar_wait(h_scale0, uses0 & 1);
+        float m_in[2], a0[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * ww + g + 8 * h;
+          m_in[h] = sM0[r];
+          a0[h] = sScale0[r];
+          row_sum[h] *= a0[h];
         }
-        rescale_o(alpha[0], alpha[1]);
-        if (has1) zero_tail(1, n0 + 1);
-        fence_regs(acc_o);
-        wgmma_fence();
-        if (has1) pv_own(1);
-        wgmma_commit();
-        mbar_wait(h_p0, uses0 & 1);
+        rescale_o(a0[0], a0[1]);
         landed(0, 1);
         zero_tail(0, n0);
+        fence_regs(acc_o);
         wgmma_fence();
         pv_stored(0);
         wgmma_commit();
-        wgmma_wait<1>();
-        if (has1) release(1, 1);
+        softmax(m_in);
+        if (has1) {
+          pack_p();
+          store_p(1);
+        }
+        mbar_arrive(h_scale1);
         wgmma_wait<0>();
         fence_regs(acc_o);
         release(0, 1);
+        rescale_o(alpha[0], alpha[1]);
+        if (has1) {
+          zero_tail(1, n0 + 1);
+          fence_regs(acc_o);
+          wgmma_fence();
+          pv_own(1);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs(acc_o);
+          release(1, 1);
+        }
       }
       ++uses0;
       if (has1) ++uses1;
