@@ -2,9 +2,9 @@
 // FLASHMLA split-KV decode for Hopper (sm_90a): warpgroup MMAs over 64 packed query rows, the
 // latent cache streamed by the bulk tensor copy engine (TMA). Same data layout, scheduler
 // partitions and outputs as the mma.sync kernel (flashmla_decode.cuh, flashmla_params.hpp); the
-// launcher picks this one for requests of 32 packed rows or more (a tile is always 64 rows; rows
-// past the request are computed and never stored) where the device and the build have sm_90a
-// (FlashMlaKernel in flashmla_params.hpp).
+// launcher picks this one where the device and the build have sm_90a (FlashMlaKernel in
+// flashmla_params.hpp). A tile is always 64 rows: a 16-row request's other rows are computed and
+// never stored.
 //
 // A CTA is two consumer warpgroups and a producer warpgroup (384 threads) on one m_block of one
 // scheduler partition; setmaxnreg leaves the producer 24 registers and gives the consumers 240.

@@ -14,11 +14,10 @@
 
 namespace attn {
 
-// Which decode kernel runs. automatic: the sm_90a kernel (flashmla_decode_sm90.cuh) for 32 packed
-// rows or more per request on a Hopper device whose build has sm_90a, the mma.sync kernel
-// (flashmla_decode.cuh) otherwise; the environment variable ATTN_FLASHMLA_SM90 (0: never, all:
-// also 16 rows) overrides it for A/B timing. The other two ask for one kernel (wgmma throws
-// where it cannot run).
+// Which decode kernel runs. automatic: the sm_90a kernel (flashmla_decode_sm90.cuh) on a Hopper
+// device whose build has sm_90a, the mma.sync kernel (flashmla_decode.cuh) otherwise; the
+// environment variable ATTN_FLASHMLA_SM90=0 keeps mma.sync for A/B timing. The other two ask
+// for one kernel (wgmma throws where it cannot run).
 enum class FlashMlaKernel { automatic, mma_sync, wgmma };
 
 struct FlashMlaDecodeParams {

@@ -75,7 +75,7 @@ Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& o
 
 std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
 
-// Both decode kernels where the device has both (automatic picks wgmma for these 32+ rows).
+// Both decode kernels where the device has both (automatic picks wgmma there).
 std::vector<FlashMlaKernel> decode_kernels() {
   std::vector<FlashMlaKernel> k = {FlashMlaKernel::mma_sync};
   if (testing::sm90_device()) k.push_back(FlashMlaKernel::wgmma);
@@ -88,8 +88,12 @@ TEST(FlashMlaGpu, DeepseekTp8DecodeMixedLengths) {
   // mla_decode_deepseek's shape: 8 at 512 + 8 at 1088 (ends mid-block), 16 heads.
   auto reqs = repeat(8, 512, 1);
   for (const auto& r : repeat(8, 1088, 1)) reqs.push_back(r);
-  const Outcome r = run_case(make(mla_spec(16), reqs), 64);
-  EXPECT_VALID(r);
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    const Outcome r = run_case(make(mla_spec(16), reqs), 64, o);
+    EXPECT_VALID(r);
+  }
 }
 
 TEST(FlashMlaGpu, SplitAndUnsplitRequestsInOneLaunch) {
@@ -97,10 +101,14 @@ TEST(FlashMlaGpu, SplitAndUnsplitRequestsInOneLaunch) {
   // One long request is cut into many pieces, the short ones stay whole; a request of one key.
   std::vector<RequestShape> reqs = {{20000, 1}, {5, 1}, {0, 1}, {700, 1}, {63, 1}, {64, 1}, {3000, 1}};
   const Batch b = make(mla_spec(16), reqs);
-  const Outcome r = run_case(b, 48);
-  EXPECT_VALID(r);
-  EXPECT_NE(r.plan.find("split_reqs="), std::string::npos);
-  EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    const Outcome r = run_case(b, 48, o);
+    EXPECT_VALID(r);
+    EXPECT_NE(r.plan.find("split_reqs="), std::string::npos);
+    EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+  }
 }
 
 TEST(FlashMlaGpu, Decode128HeadsTwoMBlocks) {
@@ -137,17 +145,18 @@ TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   const Outcome r2 = run_case(make(mla_spec(32), {{0, 2}, {30, 2}, {62, 2}, {200, 2}, {4097, 2}}), 40);
   EXPECT_VALID(r2);
   EXPECT_NE(r2.plan.find("decode_kernel=wgmma"), std::string::npos) << r2.plan;
-  // The automatic choice: 16 rows stay on mma.sync, 32 (16 heads x q_len 2) take wgmma.
-  const Outcome r16 = run_case(make(mla_spec(16), {{100, 1}}), 16);
-  EXPECT_NE(r16.plan.find("decode_kernel=mma.sync"), std::string::npos) << r16.plan;
+  // The automatic choice takes wgmma for 16 rows (padded to 64) and 32 (16 heads x q_len 2) too.
+  const Outcome r16 = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32);
+  EXPECT_VALID(r16);
+  EXPECT_NE(r16.plan.find("decode_kernel=wgmma"), std::string::npos) << r16.plan;
   const Outcome r32 = run_case(make(mla_spec(16), {{100, 2}}), 16);
   EXPECT_NE(r32.plan.find("decode_kernel=wgmma"), std::string::npos) << r32.plan;
-  // Asked for, wgmma also serves 16 rows (padded to 64).
+  // Asked for, mma.sync serves them as on other devices.
   FlashMlaOptions o;
-  o.decode_kernel = FlashMlaKernel::wgmma;
+  o.decode_kernel = FlashMlaKernel::mma_sync;
   const Outcome forced = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32, o);
   EXPECT_VALID(forced);
-  EXPECT_NE(forced.plan.find("decode_kernel=wgmma"), std::string::npos) << forced.plan;
+  EXPECT_NE(forced.plan.find("decode_kernel=mma.sync"), std::string::npos) << forced.plan;
 }
 
 TEST(FlashMlaGpu, Fp16) {

@@ -19,7 +19,7 @@ struct FlashMlaOptions {
   // Context tokens gathered and up-projected per chunk pass of the prefill, shared by the
   // prefills that have context (vLLM's chunked-context workspace).
   int workspace_tokens = 32768;
-  // The decode kernel: automatic (wgmma on Hopper for 32 rows and more), or one of the two for
+  // The decode kernel: automatic (wgmma on Hopper), or one of the two for
   // tests and A/B runs (FlashMlaKernel, kernels/flashmla/flashmla_params.hpp).
   FlashMlaKernel decode_kernel = FlashMlaKernel::automatic;
 };
