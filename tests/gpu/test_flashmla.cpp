@@ -131,9 +131,9 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
   }
 }
 
-// The sm_90a kernel (64 packed rows and more): key counts around its 32-key tiles and 64-key
-// blocks (the NaN page tail inside the last tile), an empty request, an odd and an even number of
-// tiles per piece, a request split into pieces; q_len 2 with 32 heads fills 64 rows.
+// The sm_90a kernel: key counts around its 64-key blocks (the NaN page tail inside the last
+// one), an empty request, an odd and an even number of blocks per piece, a request split into
+// pieces; q_len 2 with 32 heads fills 64 rows.
 TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   ATTN_REQUIRE_CUDA_DEVICE();
   if (!testing::sm90_device()) GTEST_SKIP() << "the wgmma MLA kernel needs an sm_90 device";
