@@ -362,6 +362,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
+      // Takes the other warpgroup's published max (into m) and factor: my O and row sums move to
+      // that max's scale.
+      auto adopt = [&](const float* m_other, const float* f_other, float (&m)[2]) {
+        float f[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * ww + g + 8 * h;
+          m[h] = m_other[r];
+          f[h] = f_other[r];
+          row_sum[h] *= f[h];
+        }
+        rescale_o(f[0], f[1]);
+      };
       // O[:, 256 w ..] += P V over one block: k-step kk = keys 16 kk .. (2048 bytes of V rows),
       // the 256 columns spanning column blocks 4 w .. 4 w + 3.
       auto pv_own = [&](int k) {
@@ -401,15 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         release(0, 0);
         // O_L = O_L 2^(m0 - m1) + P1 V1L (P1 stored by warpgroup 1 in m1's scale).
         mbar_wait(h_scale1, uses0 & 1);
-        float f1[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * ww + g + 8 * h;
-          f1[h] = sScale1[r];
-          row_max[h] = sM1[r];
-          row_sum[h] *= f1[h];
-        }
-        rescale_o(f1[0], f1[1]);
+        adopt(sM1, sScale1, row_max);
         if (has1) {
           landed(1, 0);
           zero_tail(1, n0 + 1);
@@ -426,15 +431,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // under that product, so group b of K0 goes back to the producer mid-round. Then
         // O_R = O_R 2^(m0 - m1) + P1 V1R.
         mbar_wait(h_scale0, uses0 & 1);
-        float m_in[2], a0[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * ww + g + 8 * h;
-          m_in[h] = sM0[r];
-          a0[h] = sScale0[r];
-          row_sum[h] *= a0[h];
-        }
-        rescale_o(a0[0], a0[1]);
+        float m_in[2];
+        adopt(sM0, sScale0, m_in);
         landed(0, 1);
         zero_tail(0, n0);
         fence_regs(acc_o);
