@@ -11,12 +11,12 @@
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
 // tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
 // and 192, two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole
-// pages or a slice of one, so each page below seq_len arrives as bulk tensor copies (one box of 64
-// dims x the page's slots per 64 dims, lane b of producer warp 0 issuing those of page b); the rows
-// of the page that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len. The
-// copies complete the stage's "full" mbarrier themselves; the producer gives most of its registers
-// to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns packed rows
-// 64c .. 64c + 63 of the tile. Per key tile a
+// boxes of gcd(block size, B) slots, none crossing a page, so each box below seq_len arrives as
+// bulk tensor copies (64 dims x the box's slots per 64 dims, lane b of producer warp 0 issuing
+// those of box b); the rows of the box that reaches seq_len are gathered with 16-byte cp.async,
+// zero past seq_len. The copies complete the stage's "full" mbarrier themselves; the producer
+// gives most of its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers;
+// consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
 // consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
 // of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
 // V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
@@ -43,6 +43,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <type_traits>
 
@@ -107,7 +108,7 @@ struct Sm90Traits {
 // A box is 64 dims x box_rows slots of one head and block, landing in the swizzled tile layout.
 struct Sm90PageMaps {
   CUtensorMap k, v;
-  int box_rows;    // min(block_size, kBlockN); 0 = no maps, every row gathered with cp.async
+  int box_rows;    // gcd(block_size, kBlockN); 0 = no maps, every row gathered with cp.async
   int slot_inner;  // 1: coordinates (dim, slot, head, block); 0: (dim, head, slot, block)
 };
 
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
-      // A tile is whole pages (or a slice of one), so with maps, every box of box_rows keys below
+      // A tile is whole boxes of box_rows slots of one page each, so with maps, every box below
       // seq_len is one bulk copy per 64 dims of K and of V: the copy engine does the address
       // arithmetic that costs the gather its issue slots. The rows from the first box reaching
       // seq_len on (the last tile of a sequence) are gathered with 16-byte cp.async by all producer
@@ -874,8 +875,10 @@ inline bool sm90_tma() {
   return on;
 }
 
-// The page maps of p's caches (Sm90PageMaps), or none (box_rows = 0) when a tile is not whole pages
-// or a slice of one page, or the strides do not suit the copy engine. The maps of the last call
+// The page maps of p's caches (Sm90PageMaps), or none (box_rows = 0) when the strides do not suit
+// the copy engine. A box is gcd(block size, kBlockN) slots, so a tile is a whole number of boxes
+// and no box crosses a page (48-slot pages under 128-key tiles: boxes of 16, as 16-slot pages
+// get; before, such pages were gathered row by row with cp.async). The maps of the last call
 // are kept: encoding them costs microseconds of host time, and a layer reuses its cache.
 template <int kHeadDim>
 sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
@@ -896,12 +899,12 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
   if (maps.box_rows != 0 && key == last) return maps;
   sm90::Sm90PageMaps m{};
   const int bs = p.block_size;
-  const bool whole_pages = bs > 0 && (kBlockN % bs == 0 || bs % kBlockN == 0);
+  const int box_rows = bs > 0 ? std::gcd(bs, kBlockN) : 0;  // a multiple of 16, as both are
   const bool aligned = (p.kv_block_stride * 2) % 16 == 0 && (p.kv_token_stride * 2) % 16 == 0 &&
                        (p.kv_head_stride * 2) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
-  if (!whole_pages || !aligned || !sm90_tma()) return m;
-  m.box_rows = std::min(bs, kBlockN);
+  if (box_rows % 16 != 0 || box_rows == 0 || !aligned || !sm90_tma()) return m;
+  m.box_rows = box_rows;
   m.slot_inner = p.kv_token_stride <= p.kv_head_stride ? 1 : 0;
   // The block count is not a parameter: the bound only limits what the engine would fetch for an
   // out-of-range block index, and every index comes from the block table.

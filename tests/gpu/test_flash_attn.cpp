@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/flash_attn/flash_attn_backend.hpp"
 #include "backends/flash_attn/flash_attn_plan.hpp"
@@ -378,6 +380,25 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
   EXPECT_VALID(run_case(m));
 }
 #endif
+
+// Block sizes that are not a divisor of the key tile: the producer copies boxes of gcd(block
+// size, tile keys) slots, none crossing a page (48 under 128-key tiles: 16; 80 under hd256's
+// 64-key tiles: 16; 96 and 160 under 128: 32), and pages larger than a tile (256): slices. Page
+// tails past each sequence are NaN, so a box that crossed into the next page would show.
+TEST(FlashAttnSm90, BlockSizesNotDividingTheTile) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  std::vector<std::pair<int, int>> cases = {{128, 48}, {128, 96}, {128, 160}, {128, 256}};
+#if !defined(ATTN_QUICK_BUILD)
+  cases.push_back({64, 48});
+  cases.push_back({256, 80});
+#endif
+  for (const auto& [d, bs] : cases) {
+    Case c{make_spec(8, 2, d, DType::bf16, bs)};
+    c.requests = {{0, 700}, {333, 450}, {1000, 77}};
+    EXPECT_VALID(run_case(c)) << " (head size " << d << ", block " << bs << ")";
+    EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << d << ", block " << bs << ")";
+  }
+}
 
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
