@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) warpgroup MMA wrappers shared by the kernel families: shared-memory matrix
 // descriptors (128-byte swizzle), wgmma fences/commit/wait, the async-proxy fence, and the
-// m64n{32,64,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS),
+// m64n{32,64,80,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS),
 // and m64n128k32 e4m3 (SS and RS). Outside an sm_90a device pass they compile to nothing, so a .cu
 // including them still builds for sm_80.
 #include <cuda_bf16.h>
@@ -73,7 +73,7 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 }
 
 // The m64nNk16 instructions (N / 2 fp32 accumulators per thread), A from shared memory (SS:
-// N = 32, 64, 128 with K-major B; 256 with N-major B) or registers (RS: N = 64, 128, 192, 256).
+// N = 32, 64, 80, 128 with K-major B; 256 with N-major B) or registers (RS: N = 64, 128, 192, 256).
 #define ATTN_WGMMA_M64N32K16_SS(TY) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
@@ -97,6 +97,14 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+
+#define ATTN_WGMMA_M64N80K16_SS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 
 #define ATTN_WGMMA_M64N128K16_SS(TY) \
   asm volatile( \
@@ -161,13 +169,15 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 // warp w of the warpgroup: d[4j + e] is row 16w + lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
 template <class Element, int kAcc>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kAcc], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  static_assert(kAcc == 16 || kAcc == 32 || kAcc == 64, "m64n32, m64n64 or m64n128");
+  static_assert(kAcc == 16 || kAcc == 32 || kAcc == 40 || kAcc == 64, "m64n32, m64n64, m64n80 or m64n128");
 #if defined(ATTN_SM90A_DEVICE)
   constexpr bool f16 = std::is_same_v<Element, __half>;
   if constexpr (kAcc == 16) {
     if constexpr (f16) { ATTN_WGMMA_M64N32K16_SS("f16"); } else { ATTN_WGMMA_M64N32K16_SS("bf16"); }
   } else if constexpr (kAcc == 32) {
     if constexpr (f16) { ATTN_WGMMA_M64N64K16_SS("f16"); } else { ATTN_WGMMA_M64N64K16_SS("bf16"); }
+  } else if constexpr (kAcc == 40) {
+    if constexpr (f16) { ATTN_WGMMA_M64N80K16_SS("f16"); } else { ATTN_WGMMA_M64N80K16_SS("bf16"); }
   } else {
     if constexpr (f16) { ATTN_WGMMA_M64N128K16_SS("f16"); } else { ATTN_WGMMA_M64N128K16_SS("bf16"); }
   }

@@ -79,12 +79,14 @@ constexpr bool kPersistent = kHeadDim != 256;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
-template <int kHeadDim_>
+template <int kHeadDim_, bool kFp8 = false, bool kDecodes = false>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
-  // Keys per stage: 128, or 64 at head sizes 192 and 256 (their O takes 96 and 128 accumulators
-  // per thread, and their K/V stages 48 and 64 KB).
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  // Keys per stage: 128, or fewer at head sizes 192 and 256, whose O takes 96 and 128 accumulators
+  // per thread: 64 at 192 (stages of 48 KB), and at 256 80 for prefills over a 16-bit cache (two
+  // stages of 80 KB: with two of 64 KB the consumers waited for a full stage 12 % of the time,
+  // ncu), 64 over fp8 (its consumers have 216 registers) and for decode launches.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim == 256 && !kFp8 && !kDecodes ? 80 : 64;
   static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
@@ -94,7 +96,8 @@ struct Sm90Traits {
   // tiles in flight (5 stages of 32 KB).
   static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 176 KB, hd128 224 KB, hd192 192 KB, hd256 192 KB) + barriers + alignment slack.
+  // Q + the K/V ring (hd64 176 KB, hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
+  // stages) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
   // second consumer loop spilled 20 bytes (its consumers have no register to spare).
   static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
-  using Tr = Sm90Traits<kHeadDim>;
+  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
@@ -880,9 +883,8 @@ inline bool sm90_tma() {
 // and no box crosses a page (48-slot pages under 128-key tiles: boxes of 16, as 16-slot pages
 // get; before, such pages were gathered row by row with cp.async). The maps of the last call
 // are kept: encoding them costs microseconds of host time, and a layer reuses its cache.
-template <int kHeadDim>
+template <int kHeadDim, int kBlockN>
 sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
-  constexpr int kBlockN = sm90::Sm90Traits<kHeadDim>::kBlockN;
   struct Key {
     const void *k, *v;
     int block_size, num_kv_heads;
@@ -927,7 +929,7 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
-  using Tr = sm90::Sm90Traits<kHeadDim>;
+  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes>;
   constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -943,7 +945,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(ctas));
   // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
-  const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim>(p, std::is_same_v<Element, __half>);
+  const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
   // After the step's cache write, which lets this kernel launch at once (the producer waits for
   // it before the first tile with new keys).
   sm90::Sm90Divisors divs;
