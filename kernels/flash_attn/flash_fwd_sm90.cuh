@@ -9,11 +9,12 @@
 // on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
 //
 // A CTA is three warpgroups, specialised. Warpgroup 0 is the producer: it fills a ring of K/V
-// tiles of B = 128 keys (64 at head sizes 192 and 256; five stages at head size 64, three at 128
-// and 192, two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole
-// boxes of gcd(block size, B) slots, none crossing a page, so each box below seq_len arrives as
-// bulk tensor copies (64 dims x the box's slots per 64 dims, lane b of producer warp 0 issuing
-// those of box b); the rows of the box that reaches seq_len are gathered with 16-byte cp.async,
+// tiles of B = 128 keys (64 at head size 192; at 256, 80 for prefills over a 16-bit cache and 64
+// otherwise; five stages at head size 64, three at 128 and 192, two at 256) in the
+// 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of gcd(block size,
+// B) slots, none crossing a page, so each box below seq_len arrives as bulk tensor copies (64
+// dims x the box's slots per 64 dims, lane b of producer warp 0 issuing those of box b); the
+// rows of the box that reaches seq_len are gathered with 16-byte cp.async,
 // zero past seq_len. The copies complete the stage's "full" mbarrier themselves; the producer
 // gives most of its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers;
 // consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
