@@ -80,7 +80,7 @@ constexpr bool kPersistent = kHeadDim != 256;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
-template <int kHeadDim_, bool kFp8 = false, bool kDecodes = false>
+template <int kHeadDim_, bool kFp8, bool kDecodes>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
   // Keys per stage: 128, or fewer at head sizes 192 and 256, whose O takes 96 and 128 accumulators
