@@ -14,10 +14,10 @@
 // 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of gcd(block size,
 // B) slots, none crossing a page, so each box below seq_len arrives as bulk tensor copies (64
 // dims x the box's slots per 64 dims, lane b of producer warp 0 issuing those of box b); the
-// rows of the box that reaches seq_len are gathered with 16-byte cp.async,
-// zero past seq_len. The copies complete the stage's "full" mbarrier themselves; the producer
-// gives most of its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers;
-// consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
+// rows of the box that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len.
+// The copies complete the stage's "full" mbarrier themselves; the producer gives most of its
+// registers to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers; consumer c owns
+// packed rows 64c .. 64c + 63 of the tile. Per key tile a
 // consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
 // of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
 // V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
@@ -906,7 +906,7 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
   const bool aligned = (p.kv_block_stride * 2) % 16 == 0 && (p.kv_token_stride * 2) % 16 == 0 &&
                        (p.kv_head_stride * 2) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
-  if (box_rows % 16 != 0 || box_rows == 0 || !aligned || !sm90_tma()) return m;
+  if (box_rows == 0 || box_rows % 16 != 0 || !aligned || !sm90_tma()) return m;
   m.box_rows = box_rows;
   m.slot_inner = p.kv_token_stride <= p.kv_head_stride ? 1 : 0;
   // The block count is not a parameter: the bound only limits what the engine would fetch for an
