@@ -130,9 +130,10 @@ Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c) {
 }
 
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
-  // 128-row tiles: the mma.sync prefill tile for head sizes <= 128, and what the planner gives
-  // head size 256 (and decodes) when this kernel is available (flash_attn_sm90_available).
-  return !t.decode && t.sm90_tiles && t.block_m == kSm90BlockM && flash_attn_sm90_available(c);
+  // The planner's sm_90a tiles (flash_attn_pass_tiling), of the rows this kernel's instantiation
+  // for the launch takes.
+  return !t.decode && t.sm90_tiles && t.block_m == sm90_block_m(c.head_size_qk, t.small_seqs) &&
+         flash_attn_sm90_available(c);
 }
 
 bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t) {

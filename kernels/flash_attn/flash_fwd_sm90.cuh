@@ -60,18 +60,26 @@
 
 namespace attn::fa::sm90 {
 
-constexpr int kBlockM = 128;   // packed query rows per CTA (two consumer warpgroups of 64)
-constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+// Consumer warpgroups of 64 packed rows each: three at head size 64 outside decode launches (tiles
+// of 192 rows; FlashAttention-3's hd64 shape: there the chain Q K^T -> softmax -> P V of two
+// consumers left the tensor pipe idle 63 % of the time, ncu, PERF_NOTES Version 24), two otherwise.
+// The planner's tiles follow (sm90_block_m in flash_attn_launch.hpp).
+template <int kHeadDim, bool kDecodes>
+constexpr int kConsumers = kHeadDim == 64 && !kDecodes ? 3 : 2;
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
-// take the rest of the 168 per thread the CTA launched with (setmaxnreg moves registers only within
-// those; asking for more makes setmaxnreg.inc wait forever). 16-bit caches: 40 + 232. An fp8
-// cache's producer holds block-table entries, copy addresses and codes being widened: 88 at head
-// sizes 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill below 216).
+// take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
+// threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
+// setmaxnreg.inc wait forever). 16-bit caches: 40 + 232 (two consumers) or 40 + 152 (three). An
+// fp8 cache's producer holds block-table entries, copy addresses and codes being widened: 88 at
+// head sizes 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
+// below 216).
 template <int kHeadDim, bool kFp8>
 constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
-template <int kHeadDim, bool kFp8>
-constexpr int kConsumerRegs = (384 * 168 - 128 * kProducerRegs<kHeadDim, kFp8>) / 256 / 8 * 8;
-static_assert(kConsumerRegs<128, false> == 232 && kConsumerRegs<128, true> == 208 && kConsumerRegs<256, true> == 216,
+template <int kHeadDim, bool kFp8, int kNumConsumers>
+constexpr int kConsumerRegs = (65536 / (128 * (kNumConsumers + 1)) / 8 * 8 * (kNumConsumers + 1) -
+                               kProducerRegs<kHeadDim, kFp8>) / kNumConsumers / 8 * 8;
+static_assert(kConsumerRegs<128, false, 2> == 232 && kConsumerRegs<128, true, 2> == 208 &&
+                  kConsumerRegs<256, true, 2> == 216 && kConsumerRegs<64, false, 3> == 152,
               "the budgets the comment above states");
 // Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
@@ -83,6 +91,10 @@ constexpr int kBarQ = 1, kBarTurn = 2;
 template <int kHeadDim_, bool kFp8, bool kDecodes>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = sm90::kConsumers<kHeadDim, kDecodes>;
+  static constexpr int kBlockM = 64 * kConsumers;             // packed query rows per tile
+  static constexpr int kThreads = 128 * (1 + kConsumers);     // producer warpgroup + the consumers
+  static constexpr int kConsumerThreads = 128 * kConsumers;
   // Keys per stage: 128, or fewer at head sizes 192 and 256, whose O takes 96 and 128 accumulators
   // per thread: 64 at 192 (stages of 48 KB), and at 256 80 for prefills over a 16-bit cache (two
   // stages of 80 KB: with two of 64 KB the consumers waited for a full stage 12 % of the time,
@@ -97,7 +109,7 @@ struct Sm90Traits {
   // tiles in flight (5 stages of 32 KB).
   static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 176 KB, hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
+  // Q + the K/V ring (hd64 184 KB, hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
@@ -148,7 +160,7 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
 // registers moved), so prefill launches keep the kernel without it.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
 #if defined(ATTN_SM90A_DEVICE)
@@ -160,7 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
-  constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
+  constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
+  constexpr int kConsumers = Tr::kConsumers, kCThreads = Tr::kConsumerThreads;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
   constexpr int kVtOffset = 16384;  // kFp8Mma: V^T after the 16 KB V staging tile in a stage's V region
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -222,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Every producer thread once its cp.async copies landed, plus the thread that issues the
       // bulk copies (arrive + expected bytes) when there are maps.
       mbar_init(full_bar(s), 128 + (maps.box_rows > 0 ? 1 : 0));
-      mbar_init(empty_bar(s), 8);   // every consumer warp, once its MMAs read the stage
+      mbar_init(empty_bar(s), 4 * kConsumers);  // every consumer warp, once its MMAs read the stage
     }
   }
   __syncthreads();  // the barriers are initialised
@@ -510,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8>>();
+  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers>>();
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
@@ -535,16 +548,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_plain_lo = item.tk.n_plain_lo, n_plain_hi = item.tk.n_plain_hi;
     const int num_tiles = n_end - n_begin;
     // Q of this item, once both consumers are past their last Q K^T of the previous one.
-    named_bar_sync(kBarQ, 256);
-    // ---- Q: consumer thread t moves 16-byte chunks t, t + 256, ... of the tile (row-major) ----
+    named_bar_sync(kBarQ, kCThreads);
+    // ---- Q: consumer thread t moves 16-byte chunks t, t + kCThreads, ... of the tile (row-major) ----
     if constexpr (kFp8Mma) {
       // e4m3 codes of q / q_scale: thread t quantizes 16 head dims (two 16-byte loads) of chunks t,
-      // t + 256, ... of the 128 x 128-byte tile, swizzled like K; rows past the query are zero.
+      // t + kCThreads, ... of the 128 x 128-byte tile, swizzled like K; rows past the query are zero.
       const float inv_q_scale = 1.f / p.q_scale;
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-      for (int i = 0; i < kBlockM * 8 / 256; ++i) {
-        const int r = (tid - 128 + 256 * i) / 8, c = (tid - 128 + 256 * i) % 8;
+      for (int i = 0; i < kBlockM * 8 / kCThreads; ++i) {
+        const int r = (tid - 128 + kCThreads * i) / 8, c = (tid - 128 + kCThreads * i) % 8;
         const int prow = row0 + r;
         const int t = token_of(prow);
         uint4 codes = make_uint4(0u, 0u, 0u, 0u);
@@ -564,8 +577,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int qt = tid - 128;
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-      for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
-        const int r = (qt + 256 * i) / kChunks, chunk = (qt + 256 * i) % kChunks;
+      for (int i = 0; i < kBlockM * kChunks / kCThreads; ++i) {
+        const int r = (qt + kCThreads * i) / kChunks, chunk = (qt + kCThreads * i) % kChunks;
         const int prow = row0 + r;
         const int t = token_of(prow);
         const bool valid = t < q_len;
@@ -578,14 +591,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kQToHalf) {
         // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
 #pragma unroll
-        for (int i = 0; i < kBlockM * kChunks / 256; ++i) {
-          const int idx = tid - 128 + 256 * i;
+        for (int i = 0; i < kBlockM * kChunks / kCThreads; ++i) {
+          const int idx = tid - 128 + kCThreads * i;
           fp8_q_to_half(sQ + swizzled(idx / kChunks, idx % kChunks, kQBlockBytes));
         }
       }
     }
     fence_proxy_async();
-    named_bar_sync(kBarQ, 256);  // all of Q landed (each consumer thread copied part of it)
+    named_bar_sync(kBarQ, kCThreads);  // all of Q landed (each consumer thread copied part of it)
     const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
 
     float acc_o[Tr::kAccO];  // O rows (g, g + 8) of this warp, D / 8 column blocks of 8
@@ -743,11 +756,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     };
-    // Turns: consumer c issues Q K^T of a tile after the other consumer issued its own for the
-    // previous tile (consumer 0 goes first), then passes the turn. Every arrive meets one sync:
-    // consumer 1 passes no turn after its last tile, and gives the first one only if there is one.
-    const int other = 1 - wg;
-    if (wg == 1 && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
+    // Turns, round robin: consumer c issues Q K^T of a tile after consumer c - 1 issued its own
+    // (consumer 0: after the last consumer issued that of the previous tile), then passes the turn
+    // to c + 1. Every arrive meets one sync: the last consumer passes no turn after its last tile,
+    // and gives the first one only if there is one. No consumer can arrive twice on a barrier
+    // before its owner synced: its next arrive needs a full round of the others' turns.
+    const int other = wg + 1 == kConsumers ? 0 : wg + 1;
+    const bool last_wg = wg == kConsumers - 1;
+    if (last_wg && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
     // kDecodes: a consumer whose 64 rows are all past the item's query (consumer 1 of a decode:
     // G x q_len <= 64 packed rows) computes nothing; it takes its turns and frees each stage once it
     // is full.
@@ -757,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = u % kStages;
         mbar_wait(full_bar(stage), (u / kStages) & 1);
         named_bar_sync(kBarTurn + wg, 256);
-        if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar(stage));
       }
@@ -775,7 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float s[Tr::kAccS];
       named_bar_sync(kBarTurn + wg, 256);
       issue_qk(s, stage);
-      if (wg == 0 || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+      if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
       wgmma_wait<0>();
       fence_regs(s);
       float corr[2];
@@ -953,7 +969,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.group = FastDivU32(static_cast<uint32_t>(p.num_q_heads / p.num_kv_heads));
   divs.splits = FastDivU32(static_cast<uint32_t>(p.num_splits));
   divs.heads_splits = FastDivU32(static_cast<uint32_t>(p.num_kv_heads * p.num_splits));
-  (void)kern::launch_after_producer(kernel, grid, dim3(sm90::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
+  (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
 }
 
 template <int kHeadDim>

@@ -639,9 +639,10 @@ TEST(FlashAttnSelector, SplitRuleOnTheSm90KernelsDecodes) {
             2);
 }
 
-TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
-  // Host planning only (no device): the sm_90a kernel's 128-row tiles for every sequence of the
-  // passes Sm90Passes gives it; head size 256 prefills need them (its mma.sync tiles are 64 rows).
+TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
+  // Host planning only (no device): the sm_90a kernel's tiles for every sequence of the passes
+  // Sm90Passes gives it, 128 rows (192 for head size 64 prefills: three consumer warpgroups); head
+  // size 256 prefills need them (its mma.sync tiles are 64 rows).
   using enum Sm90Passes;
   const std::vector<int32_t> q = {97, 130}, k = {97, 280};
   const FlashAttnPass mma = make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, none);
@@ -649,7 +650,7 @@ TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
   EXPECT_EQ(mma.tiling.block_m, 64);
   EXPECT_FALSE(mma.tiling.sm90_tiles);
   EXPECT_EQ(mma.num_tiles(), 2 + 3);  // ceil(97 / 64) + ceil(130 / 64)
-  EXPECT_EQ(sm90.tiling.block_m, kSm90BlockM);
+  EXPECT_EQ(sm90.tiling.block_m, 128);
   EXPECT_TRUE(sm90.tiling.sm90_tiles);
   EXPECT_EQ(sm90.num_tiles(), 1 + 2);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 1, 256, 16, 132, 0, all).num_tiles(), 1 + 2);
@@ -660,7 +661,7 @@ TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
   EXPECT_EQ(mixed_mma.tiling.block_m, 64);
   const FlashAttnPass mixed = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, all);
   EXPECT_TRUE(mixed.tiling.sm90_tiles);
-  EXPECT_EQ(mixed.tiling.block_m, kSm90BlockM);
+  EXPECT_EQ(mixed.tiling.block_m, 128);
   EXPECT_EQ(mixed.num_tiles(), 1 + 1);
   // Decodes alone (GQA 8, one and two tokens): the decode tiling, or one 128-row tile each.
   for (const Sm90Passes mode : {none, prefills}) {
@@ -682,13 +683,24 @@ TEST(FlashAttnSelector, Sm90TilesOf128Rows) {
   EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, prefills).tiles,
             (std::vector<int32_t>{3, 1, 3, 0, 0, 0, 1, 0, 2, 0, 4, 1, 4, 0}));
   // Head size 128: the mma.sync prefill tile is already 128 rows either way.
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, none).tiling.block_m, kSm90BlockM);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, none).tiling.block_m, 128);
   // The MLA prefill's head-size-192 tiling (one query head per kv head) is the same rule.
-  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, prefills).block_m, kSm90BlockM);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, prefills).block_m, 128);
   EXPECT_EQ(flash_attn_pass_tiling({64, 48}, 1, 192, none).block_m, 64);
   EXPECT_FALSE(flash_attn_pass_tiling({64, 1}, 1, 192, prefills).sm90_tiles);
   EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, prefills).block_m, 64);
-  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, all).block_m, kSm90BlockM);
+  EXPECT_EQ(flash_attn_pass_tiling({64, 1}, 1, 192, all).block_m, 128);
+  // Head size 64: 192-row tiles for prefills, 128 rows once a decode-sized sequence shares the
+  // launch (the decode launch keeps two consumers).
+  const FlashAttnPass hd64 = make_flash_attn_pass({400, 130}, {400, 130}, true, 1, 64, 8, 132, 0, prefills);
+  EXPECT_TRUE(hd64.tiling.sm90_tiles);
+  EXPECT_EQ(hd64.tiling.block_m, 192);
+  EXPECT_EQ(hd64.num_tiles(), 3 + 1);  // ceil(400 / 192) + ceil(130 / 192)
+  EXPECT_EQ(sm90_block_m(64, false), 192);
+  const FlashAttnPass hd64_mixed = make_flash_attn_pass({400, 1}, {400, 300}, true, 1, 64, 8, 132, 0, all);
+  EXPECT_TRUE(hd64_mixed.tiling.sm90_tiles);
+  EXPECT_EQ(hd64_mixed.tiling.block_m, 128);
+  EXPECT_EQ(hd64_mixed.num_tiles(), 4 + 1);
 }
 
 }  // namespace

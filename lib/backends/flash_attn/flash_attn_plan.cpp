@@ -34,7 +34,7 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
     // One tile size for every sequence: a decode-sized one is a single 128-row tile.
     t.decode = false;
     t.sm90_tiles = true;
-    t.block_m = t.small_block_m = kSm90BlockM;
+    t.block_m = t.small_block_m = sm90_block_m(head_size, t.small_seqs);
   }
   return t;
 }
