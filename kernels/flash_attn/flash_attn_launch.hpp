@@ -36,7 +36,7 @@ struct FlashAttnTiling {
   int block_m = 0;        // packed query rows per tile
   int block_n = 0;        // keys per main-loop step (split chunks are multiples of it)
   int small_block_m = 0;  // a sequence with at most this many packed rows gets one decode tile
-  // Every sequence in 128-row tiles, as the sm_90a kernel takes them (set by the planner from
+  // Every sequence in sm90_block_m tiles, as the sm_90a kernel takes them (set by the planner from
   // Sm90Passes). Only such launches may run the sm_90a kernel.
   bool sm90_tiles = false;
   bool small_seqs = false;  // some sequence fits a decode tile (query_len x G <= small_block_m)
@@ -54,7 +54,7 @@ constexpr int sm90_block_m(int head_size, bool small_seqs) { return head_size ==
 // timing against the mma.sync kernel).
 bool flash_attn_sm90_available(const FlashAttnConfig& c);
 
-// Which passes of a layer the planner gives the sm_90a kernel (128-row tiles for every sequence):
+// Which passes of a layer the planner gives the sm_90a kernel (its tiles for every sequence):
 // none (it cannot serve the layer), prefills (passes without a decode-sized sequence; the others
 // keep the mma.sync kernel with its decode tiles), or all (a decode-sized sequence is one 128-row
 // tile; the consumer warpgroup with no rows in it only takes its turns), so that decodes read their
@@ -67,7 +67,7 @@ enum class Sm90Passes { none, prefills, all };
 // every cache (A/B timing in one binary).
 Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c);
 
-// Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and 128-row tiles for every
+// Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and sm90_block_m tiles for every
 // sequence (FlashAttnTiling::sm90_tiles).
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t);
 

@@ -12,7 +12,7 @@ namespace attn::fa {
 template <int kHeadDim>
 bool sm90_prefill_compiled();
 
-// Forward pass over p.num_tiles tiles of 128 packed rows, persistent CTAs. fp16 selects a __half
+// Forward pass over p.num_tiles tiles of sm90_block_m(kHeadDim, decodes) packed rows, persistent CTAs. fp16 selects a __half
 // model dtype, else bf16; fp8: the cache is fp8 (e4m3/e5m2 by p.kv_fp8_e5m2), else the model dtype;
 // fp8_mma (head size 128, an e4m3 cache, p.q_scale > 0): Q K^T and P V on fp8 tensor cores;
 // decodes: some sequence is decode-sized (FlashAttnTiling::small_seqs), so its tile's second

@@ -89,7 +89,7 @@ struct Pass {
   int num_work = 0, padded_work = 0;
   int partial_rows = 0;
   // The prefill on the sm_90a kernel (FlashInferOptions::sm90_prefill): its tiles (request,
-  // m_block of 128 packed rows, most keys first) and the key count of each request.
+  // m_block of sm90_block_m packed rows, most keys first) and the key count of each request.
   bool sm90 = false;
   FlashAttnTiling tiling;
   std::vector<int32_t> tiles, kv_lens;
@@ -565,7 +565,7 @@ class FlashInferBackend final : public Backend {
         "decode: CUDA cores for GQA group <= 4, tensor cores (the prefill kernel) above",
         "causal with context, window_left, logits soft cap (fixed at plan time)",
         "split-KV plan (FlashInfer's scheduler), merge in base 2; 2-level cascade over a shared prefix",
-        "sm_90a: prefills of a 16-bit cache on the warp-specialised wgmma kernel (one tile per 128 packed rows)",
+        "sm_90a: prefills of a 16-bit cache on the warp-specialised wgmma kernel (one tile per 128 packed rows, 192 at head size 64)",
         "not supported (skipped with the reason): ALiBi, sinks, chunked local attention, MLA",
     };
   }
