@@ -4,25 +4,26 @@
 //
 // Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
 // dtype or an fp8 one (widened to fp16 in shared memory by the producer), 128 packed query rows per
-// tile (192 for head size 64 prefills): prefills, and with a 16-bit cache decodes and mixed batches too (a decode is one tile of
-// G x q_len rows; flash_attn_sm90_passes). Everything else (fp8 decodes, head size 96, sm_80) stays
-// on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+// tile (192 for head size 64 prefills): prefills, and with a 16-bit cache decodes and mixed batches
+// too (a decode is one tile of G x q_len rows; flash_attn_sm90_passes). Everything else (fp8
+// decodes, head size 96, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher
+// decides.
 //
-// A CTA is three warpgroups (four for head size 64 prefills), specialised. Warpgroup 0 is the producer: it fills a ring of K/V
-// tiles of B = 128 keys (64 at head size 192; at 256, 80 for prefills over a 16-bit cache and 64
-// otherwise; five stages at head size 64, three at 128 and 192, two at 256) in the
-// 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of gcd(block size,
-// B) slots, none crossing a page, so each box below seq_len arrives as bulk tensor copies (64
-// dims x the box's slots per 64 dims, lane b of producer warp 0 issuing those of box b); the
-// rows of the box that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len.
+// A CTA is three warpgroups (four for head size 64 prefills), specialised. Warpgroup 0 is the
+// producer: it fills a ring of K/V tiles of B = 128 keys (64 at head size 192; at 256, 80 for
+// prefills over a 16-bit cache and 64 otherwise; five stages at head size 64, three at 128 and 192,
+// two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of
+// gcd(block size, B) slots, none crossing a page, so each box below seq_len arrives as bulk tensor
+// copies (64 dims x the box's slots per 64 dims, lane b of producer warp 0 issuing those of box b);
+// the rows of the box that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len.
 // The copies complete the stage's "full" mbarrier themselves; the producer gives most of its
 // registers to the consumers (setmaxnreg). The other warpgroups are the consumers (two, or three at
-// head size 64 outside decode launches); consumer c owns packed rows 64c .. 64c + 63 of the tile. Per key tile a
-// consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the online softmax
-// of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as the A operand,
-// V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier runs in the
-// loop, and the consumers take turns issuing Q K^T (a named barrier each, round robin), so one
-// consumer's softmax runs under the others' MMAs.
+// head size 64 outside decode launches); consumer c owns packed rows 64c .. 64c + 63 of the tile.
+// Per key tile a consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the
+// online softmax of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as
+// the A operand, V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier
+// runs in the loop, and the consumers take turns issuing Q K^T (a named barrier each, round robin),
+// so one consumer's softmax runs under the others' MMAs.
 //
 // fp8 tensor cores (kFp8Mma, head size 128, an e4m3 cache and a quantized query, as vLLM runs
 // FlashAttention-3 when the query arrives in fp8): Q K^T and P V are m64n128k32 e4m3 products at
@@ -48,6 +49,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/flash_attn/flash_attn_launch.hpp"  // sm90_block_m
 #include "kernels/flash_attn/flash_attn_params.hpp"
 #include "kernels/common/fast_div.hpp"
 #include "kernels/common/mbarrier.cuh"
@@ -947,6 +949,7 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes>;
+  static_assert(Tr::kBlockM == sm90_block_m(kHeadDim, kDecodes), "the planner's tiles are this launch's");
   constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);

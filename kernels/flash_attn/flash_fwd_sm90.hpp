@@ -12,11 +12,12 @@ namespace attn::fa {
 template <int kHeadDim>
 bool sm90_prefill_compiled();
 
-// Forward pass over p.num_tiles tiles of sm90_block_m(kHeadDim, decodes) packed rows, persistent CTAs. fp16 selects a __half
-// model dtype, else bf16; fp8: the cache is fp8 (e4m3/e5m2 by p.kv_fp8_e5m2), else the model dtype;
-// fp8_mma (head size 128, an e4m3 cache, p.q_scale > 0): Q K^T and P V on fp8 tensor cores;
-// decodes: some sequence is decode-sized (FlashAttnTiling::small_seqs), so its tile's second
-// consumer has no rows and skips its products (16-bit caches, head sizes but 192).
+// Forward pass over p.num_tiles tiles of sm90_block_m(kHeadDim, decodes) packed rows, persistent
+// CTAs. fp16 selects a __half model dtype, else bf16; fp8: the cache is fp8 (e4m3/e5m2 by
+// p.kv_fp8_e5m2), else the model dtype; fp8_mma (head size 128, an e4m3 cache, p.q_scale > 0): Q
+// K^T and P V on fp8 tensor cores; decodes: some sequence is decode-sized
+// (FlashAttnTiling::small_seqs), so its tile's second consumer has no rows and skips its products
+// (16-bit caches, head sizes but 192).
 template <int kHeadDim>
 void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream);
 
