@@ -44,8 +44,10 @@ struct FlashAttnTiling {
 // max_packed_rows: the largest query_len * G of any sequence in the launch.
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 
-// Packed query rows per tile of the sm_90a kernel: 64 per consumer warpgroup, three of them at
-// head size 64 in launches without a decode-sized sequence (192 rows), two otherwise (128).
+// Packed query rows per tile of the sm_90a kernel, 64 per consumer warpgroup, which the kernel's
+// consumer count follows: three at head size 64 in launches without a decode-sized sequence (192
+// rows; FlashAttention-3's hd64 shape: with two, the chain Q K^T -> softmax -> P V left the tensor
+// pipe idle 63 % of the time, ncu, docs/PERF_NOTES.md Version 24), two otherwise (128).
 constexpr int sm90_block_m(int head_size, bool small_seqs) { return head_size == 64 && !small_seqs ? 192 : 128; }
 
 // Whether the sm_90a wgmma kernel can serve layer `c` on the current device: head size 64, 128,

@@ -62,12 +62,10 @@
 
 namespace attn::fa::sm90 {
 
-// Consumer warpgroups of 64 packed rows each: three at head size 64 outside decode launches (tiles
-// of 192 rows; FlashAttention-3's hd64 shape: there the chain Q K^T -> softmax -> P V of two
-// consumers left the tensor pipe idle 63 % of the time, ncu, PERF_NOTES Version 24), two otherwise.
-// The planner's tiles follow (sm90_block_m in flash_attn_launch.hpp).
+// Consumer warpgroups of 64 packed rows each, as many as the planner's tile has rows
+// (sm90_block_m in flash_attn_launch.hpp, which says why head size 64 prefills take three).
 template <int kHeadDim, bool kDecodes>
-constexpr int kConsumers = kHeadDim == 64 && !kDecodes ? 3 : 2;
+constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
@@ -146,7 +144,7 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
   return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-// A CTA runs work items (packed rows m_block * 128 .. of a sequence, one kv head, one split):
+// A CTA runs work items (packed rows m_block * kBlockM .. of a sequence, one kv head, one split):
 // persistent CTAs, one per SM, loop over the list (kPersistent); at head size 256 one CTA runs one
 // item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
 // a context offset, window, local chunk, soft cap, ALiBi, sinks, kv_begin, split-KV partials, LSE.
@@ -549,7 +547,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
     const int n_plain_lo = item.tk.n_plain_lo, n_plain_hi = item.tk.n_plain_hi;
     const int num_tiles = n_end - n_begin;
-    // Q of this item, once both consumers are past their last Q K^T of the previous one.
+    // Q of this item, once every consumer is past its last Q K^T of the previous one.
     named_bar_sync(kBarQ, kCThreads);
     // ---- Q: consumer thread t moves 16-byte chunks t, t + kCThreads, ... of the tile (row-major) ----
     if constexpr (kFp8Mma) {
@@ -811,7 +809,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     // ---- epilogue from registers: each quad owns whole rows ----
     // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
     // of the Q buffer (this consumer's Q K^T are done, and the next item's Q is loaded only after
-    // both consumers passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
+    // every consumer passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
     // the accumulator layout, a warp's 4-byte stores filled half of each 32-byte sector and queued
     // behind each other (ncu, 8 x 1k: the stores' LSU throttle was 3 % of the samples).
     const bool use_sink = p.sinks != nullptr && split == 0;
@@ -949,7 +947,6 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes>;
-  static_assert(Tr::kBlockM == sm90_block_m(kHeadDim, kDecodes), "the planner's tiles are this launch's");
   constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
