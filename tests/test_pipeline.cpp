@@ -1,0 +1,81 @@
+// The pipeline's check of a backend (run_scenario): the second poisoned run of the same instance,
+// which every row makes for its determinism note, must pass the check too. A backend that leaves
+// state behind (a counter not reset, a flag, a workspace) passes its first run and breaks on the
+// next one, as a serving loop or a graph replay would find.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "model/scenario.hpp"
+#include "pipeline/pipeline.hpp"
+
+namespace attn {
+namespace {
+
+// The cpu backend, except that run() computes only the first time: later runs leave the
+// poisoned output as it is.
+class FirstRunOnlyInstance : public BackendInstance {
+ public:
+  explicit FirstRunOnlyInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override {
+    if (runs_++ == 0) inner_->run();
+  }
+  void poison() override { inner_->poison(); }
+  AttentionOutput fetch() override { return inner_->fetch(); }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+  int runs_ = 0;
+};
+
+class FirstRunOnlyBackend : public Backend {
+ public:
+  std::string name() const override { return "first_run_only"; }
+  std::string description() const override { return "cpu, computing on its first run only"; }
+  std::vector<std::string> features() const override { return {}; }
+  Support available() const override { return inner_->available(); }
+  Support supports(const AttentionSpec& spec, const Batch& batch) const override { return inner_->supports(spec, batch); }
+  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
+                                          const RunOptions& opts) const override {
+    return std::make_unique<FirstRunOnlyInstance>(inner_->create(batch, m, opts));
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = make_cpu_backend();
+};
+
+PipelineOptions check_only(const std::string& backend) {
+  PipelineOptions o;
+  o.backends = {backend};
+  o.time = false;
+  o.batch_invariance = false;
+  o.check_sample = 8;
+  return o;
+}
+
+TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
+  const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  registry.push_back(std::make_unique<FirstRunOnlyBackend>());
+
+  const PipelineResult clean = run_scenario(sc, registry, check_only("cpu"));
+  ASSERT_EQ(clean.rows.size(), 1u);
+  EXPECT_EQ(clean.rows[0].status, "pass") << clean.rows[0].reason;
+  EXPECT_TRUE(clean.rows[0].deterministic);
+
+  const PipelineResult stale = run_scenario(sc, registry, check_only("first_run_only"));
+  ASSERT_EQ(stale.rows.size(), 1u);
+  const ResultRow& r = stale.rows[0];
+  EXPECT_EQ(r.status, "fail");
+  EXPECT_FALSE(r.deterministic);
+  EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
+}
+
+}  // namespace
+}  // namespace attn
