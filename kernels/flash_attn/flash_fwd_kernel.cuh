@@ -143,7 +143,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       const int c = i * Tr::kThreads + tid;
       if (kChunksPerTile % Tr::kThreads != 0 && c >= kChunksPerTile) break;
       const int r = c / kRowChunks, cb = (c % kRowChunks) * 16;  // row, byte column
-      uint8_t* dk = dst_k + r * kKvRow + cb;
+      uint8_t* dk = dst_k + Tr::kv_offset(r, cb / 16);
       if constexpr (kLaneRows) {
         const int64_t off =
             __shfl_sync(0xffffffffu, row_off, i * kRowsPerPass + (kRowChunks < 32 ? lane / kRowChunks : 0));
@@ -299,7 +299,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
           for (int nb = 0; nb < Tr::kNFrags / kNPer; ++nb) {
             uint32_t raw[4];  // [key block nb * kNPer + i % kNPer, k-step kKPer * kp + i / kNPer]
             const int key = fp8_k_lane_key<kNPer>(lane, wkey0, nb);
-            ldmatrix_x4(raw, sK + key * kKvRow + (kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)) * 16);
+            ldmatrix_x4(raw, sK + Tr::kv_offset(key, kKPer * kp + fp8_k_lane_kstep<kNPer>(lane)));
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const uint2 bb = fp8_k_fragment<kE5m2>(raw[i]);
@@ -377,7 +377,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 #pragma unroll
           for (int dq = 0; dq < D / 32; ++dq) {
             uint32_t raw[4];  // [dim group 2dq + i / 2][keys 0-7 | 8-15]
-            ldmatrix_x4_trans(raw, sV + key * kKvRow + (2 * dq + lane / 16) * 16);
+            ldmatrix_x4_trans(raw, sV + Tr::kv_offset(key, 2 * dq + lane / 16));
 #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
               const uint4 b = fp8_v_fragments<kE5m2>(raw[2 * gi], raw[2 * gi + 1]);
@@ -543,7 +543,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 // rows fit one decode tile (the planner gives it a single tile) runs the decode tiling, so one
 // launch covers chunked prefills and decodes without 128-row tiles for a single token.
 template <class Tr, class TrSmall, bool kE5m2>
-__global__ void __launch_bounds__(Tr::kThreads) flash_fwd_kernel(const __grid_constant__ FlashAttnParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_kernel(const __grid_constant__ FlashAttnParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   // Decode grids run kv-head-fastest (blockIdx.x = tile * num_kv_heads + kv head): the CTAs of
   // one sequence start together and read the interleaved head slices of its cache blocks at

@@ -21,9 +21,7 @@ struct FwdTraits {
   // Keys per shared-memory stage. Decode spreads 64 keys over the 4 warps (16 each). Prefill
   // takes 64 keys per stage for head sizes <= 128 (one barrier and one rescale of O per 64
   // keys); hd256 keeps 32 so that two CTAs (Q + 2 stages of K/V) still fit on one SM.
-  // An fp8 decode stage holds 128 keys (32 per warp): its rows are half as large, and with 64
-  // keys it paid two barriers per 18 KB of K and V (ncu: DRAM at 72 % of peak).
-  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? (kKvFp8 ? 128 : 64) : 32) : (kHeadDim <= 128 ? 64 : 32);
+  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? 64 : 32) : (kHeadDim <= 128 ? 64 : 32);
   // Decode: the 4 warps split each key tile in slices of 16 or 32 keys.
   static constexpr int kWarpsN = kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
@@ -47,17 +45,40 @@ struct FwdTraits {
   // different bank groups for every head size (a XOR swizzle would not fit hd96's 12 chunks).
   static constexpr int kRowStride = kHeadDim + 8;  // elements of a 16-bit Q/K/V row
   static constexpr int kQElems = kBlockM * kRowStride;
-  // Pipeline depth. Decode runs three stages: a decode CTA computes little per tile, so the
-  // third stage keeps two tiles in flight while it waits, and its larger footprint (109 KB for
-  // hd128) puts 2 CTAs on an SM: a 64 x 8 grid then fills 1.94 waves of 264 slots instead of
-  // 1.29 of 396 (measured 441 -> 399 us on 64 x 4k). fp8 decode stages (128 keys, 18 KB per K or V
-  // at hd128) take three too, 2 CTAs per SM; two stages ran within 1 % of it.
-  // hd64/96/256 keep two 16-bit stages (not measured with three; hd256 would drop to 1 CTA/SM).
-  static constexpr int kStages = (kDecode && (kKvFp8 || kHeadDim == 128)) ? 3 : 2;
+  // Pipeline depth. The 16-bit hd128 decode runs three stages: a decode CTA computes little per
+  // tile, so the third stage keeps two tiles in flight while it waits, and its larger footprint
+  // (109 KB) puts 2 CTAs on an SM: a 64 x 8 grid then fills 1.94 waves of 264 slots instead of
+  // 1.29 of 396 (measured 441 -> 399 us on 64 x 4k). The fp8 decode (hd <= 128) runs two stages of
+  // 64 keys (16 KB of K and V at hd128) in 4 CTAs per SM (kMinCtasPerSm: 128 registers, no
+  // spill), with swizzled rows: 64 x 4k e4m3 209.6 -> 193.0 us against three 128-key stages in 2
+  // CTAs with padded rows (the swizzle alone 1.04 x, the 4 CTAs alone 1.008 x; docs/PERF_NOTES.md
+  // Version 27). hd64/96/256 keep two 16-bit stages (not measured with three; hd256 would drop
+  // to 1 CTA/SM).
+  static constexpr int kStages = (kDecode && !kKvFp8 && kHeadDim == 128) ? 3 : 2;
+  // CTAs per SM the registers must allow (__launch_bounds__ minimum blocks).
+  static constexpr int kMinCtasPerSm = (kDecode && kKvFp8 && kHeadDim <= 128) ? 4 : 1;
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
-  static constexpr int kKvRowBytes = kKvFp8 ? kHeadDim + 16 : kRowStride * 2;
+  // fp8 decode rows of 4, 8 or 16 chunks (head sizes 64, 128, 256) are unpadded and XOR-swizzled
+  // by chunk (kv_offset): with the 16-byte pad, each 16-byte copy of a warp took 14 shared-memory
+  // wavefronts instead of 4 and 1.5 x the ideal L2 sectors (ncu, 64 x 4k e4m3). The prefill
+  // tiling keeps the pad: its registers are all taken (the hd128 fp8 prefill kernel, which also
+  // holds these decode tiles for a mixed batch, uses 255 and spills 20 bytes since they changed).
+  static constexpr int kKvChunks = kHeadDim * (kKvFp8 ? 1 : 2) / 16;  // 16-byte chunks per K/V row
+  static constexpr bool kKvSwizzle = kKvFp8 && kDecode && (kKvChunks == 4 || kKvChunks % 8 == 0);
+  static constexpr int kKvRowBytes = kKvFp8 ? (kKvSwizzle ? kHeadDim : kHeadDim + 16) : kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kKvRowBytes;  // one K or V tile
   static constexpr int kMainBytes = kQElems * 2 + 2 * kStages * kKvTileBytes;
+  // Byte offset of 16-byte chunk `chunk` of row `row` in a K or V tile. Swizzled: the 8 rows one
+  // ldmatrix reads (and a warp's copy of whole rows) cover every 16-byte bank group once.
+  __device__ static constexpr int kv_offset(int row, int chunk) {
+    if constexpr (!kKvSwizzle) {
+      return row * kKvRowBytes + chunk * 16;
+    } else if constexpr (kKvChunks >= 8) {
+      return (row * kKvChunks + (chunk ^ (row & 7))) * 16;
+    } else {
+      return (row * kKvChunks + (chunk ^ ((row >> 1) & 3))) * 16;
+    }
+  }
   // Epilogue: per warp-column O in fp32 (rows padded by 8 floats) plus max and sum per row.
   static constexpr int kORowStride = kHeadDim + 8;
   static constexpr int kEpiBytes = kWarpsN * kBlockM * (kORowStride + 2) * 4;
