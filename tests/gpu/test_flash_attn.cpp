@@ -597,27 +597,30 @@ TEST(FlashAttnSelector, SplitRule) {
 
 TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  // The hd128 decode kernels fill 2 CTAs per SM, by shared memory: 3 stages of 64 keys of a 16-bit
-  // cache, or of 128 keys of an fp8 one. 64 x 8 = 512 CTAs are 1.94 waves of 264: no split.
+  // The hd128 decode kernel of a 16-bit cache fills 2 CTAs per SM (3 stages of 64 keys, by shared
+  // memory), that of an fp8 cache 4 (2 stages of 64 keys, 128 registers: kMinCtasPerSm). 64 x 8 =
+  // 512 CTAs are 1.94 waves of 264 or 0.97 of 528: no split either way. 48 x 8 = 384 CTAs are 1.45
+  // waves of 264 (2 splits make 2.91) but less than one wave of 528, which runs unsplit.
   FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
   const FlashAttnTiling decode = flash_attn_tiling(128, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
-  const std::vector<int32_t> q(64, 1), k(64, 4096);
+  const std::vector<int32_t> q(64, 1), k(64, 4096), q48(48, 1), k48(48, 2048);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
+  EXPECT_EQ(make_flash_attn_pass(q48, k48, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 2);
   c.kv_dtype = DType::fp8_e4m3;
-  EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
+  EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 4);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
-  // hd64: the 16-bit decode kernel fits 4 CTAs per SM (127 registers; 39 KB of shared memory), the
-  // fp8 one 3 (3 stages of 128 keys: 62 KB), so the same batch splits only over fp8: 512 CTAs are
-  // 0.97 waves of 528, but 1.29 waves of 396 -> 3 splits.
+  EXPECT_EQ(make_flash_attn_pass(q48, k48, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
+  // hd64: both decode kernels fit 4 CTAs per SM (the 16-bit one by its 127 registers and 39 KB of
+  // shared memory, the fp8 one by kMinCtasPerSm), so 64 x 4k stays unsplit on both.
   FlashAttnConfig c64 = make_flash_attn_config(make_spec(32, 8, 64));
   if (!flash_attn_unsupported_reason(c64).empty()) GTEST_SKIP() << flash_attn_unsupported_reason(c64);
   const FlashAttnTiling decode64 = flash_attn_tiling(64, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 4);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 1);
   c64.kv_dtype = DType::fp8_e4m3;
-  EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 3);
-  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 3);
+  EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 4);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 64, 8, 132, 0, Sm90Passes::none, &c64).num_splits, 1);
 }
 
 TEST(FlashAttnSelector, SplitRuleOnTheSm90KernelsDecodes) {
