@@ -272,7 +272,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
           for (int nj = 0; nj < Tr::kNFrags / 2; ++nj) {
             uint32_t b[4];
             const int key = wkey0 + nj * 16 + (lane % 8) + (lane / 16) * 8;
-            ldmatrix_x4(b, sK + key * kKvRow + (ks * 16 + ((lane / 8) % 2) * 8) * 2);
+            ldmatrix_x4(b, sK + Tr::kv_offset(key, 2 * ks + (lane / 8) % 2));
 #pragma unroll
             for (int mi = 0; mi < Tr::kMFrags; ++mi) {
               mma_16816<Element>(acc_s[mi][2 * nj], a[mi], b[0], b[1]);
@@ -365,7 +365,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 #pragma unroll
           for (int dj = 0; dj < Tr::kDFrags / 2; ++dj) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, sV + key * kKvRow + (dj * 16 + (lane / 16) * 8) * 2);
+            ldmatrix_x4_trans(b, sV + Tr::kv_offset(key, 2 * dj + lane / 16));
 #pragma unroll
             for (int mi = 0; mi < Tr::kMFrags; ++mi) {
               mma_16816<Element>(acc_o[mi][2 * dj], a[mi], b[0], b[1]);

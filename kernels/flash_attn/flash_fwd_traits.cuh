@@ -58,14 +58,16 @@ struct FwdTraits {
   // CTAs per SM the registers must allow (__launch_bounds__ minimum blocks).
   static constexpr int kMinCtasPerSm = (kDecode && kKvFp8 && kHeadDim <= 128) ? 4 : 1;
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
-  // fp8 decode rows of 4, 8 or 16 chunks (head sizes 64, 128, 256) are unpadded and XOR-swizzled
-  // by chunk (kv_offset): with the 16-byte pad, each 16-byte copy of a warp took 14 shared-memory
-  // wavefronts instead of 4 and 1.5 x the ideal L2 sectors (ncu, 64 x 4k e4m3). The prefill
-  // tiling keeps the pad: its registers are all taken (the hd128 fp8 prefill kernel, which also
-  // holds these decode tiles for a mixed batch, uses 255 and spills 20 bytes since they changed).
+  // Decode rows of 4 chunks or a multiple of 8 (all but fp8 head sizes 96 and 192 and 16-bit 96) are
+  // unpadded and XOR-swizzled by chunk (kv_offset): with the 16-byte pad, each 16-byte copy of a
+  // warp took 14 shared-memory wavefronts instead of 4 and 1.5 x the ideal L2 sectors (ncu, 64 x 4k
+  // e4m3); the swizzle made the fp8 decode 1.04 x and the 16-bit one 1.065-1.086 x faster
+  // (Version 27). The prefill tiling keeps the pad: its registers are all taken (the hd128 fp8
+  // prefill kernel, which also holds the decode tiles for a mixed batch, uses 255 and spills 20
+  // bytes since they changed).
   static constexpr int kKvChunks = kHeadDim * (kKvFp8 ? 1 : 2) / 16;  // 16-byte chunks per K/V row
-  static constexpr bool kKvSwizzle = kKvFp8 && kDecode && (kKvChunks == 4 || kKvChunks % 8 == 0);
-  static constexpr int kKvRowBytes = kKvFp8 ? (kKvSwizzle ? kHeadDim : kHeadDim + 16) : kRowStride * 2;
+  static constexpr bool kKvSwizzle = kDecode && (kKvChunks == 4 || kKvChunks % 8 == 0);
+  static constexpr int kKvRowBytes = kKvSwizzle ? kKvChunks * 16 : kKvFp8 ? kHeadDim + 16 : kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kKvRowBytes;  // one K or V tile
   static constexpr int kMainBytes = kQElems * 2 + 2 * kStages * kKvTileBytes;
   // Byte offset of 16-byte chunk `chunk` of row `row` in a K or V tile. Swizzled: the 8 rows one
