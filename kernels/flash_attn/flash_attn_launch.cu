@@ -124,9 +124,13 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c) {
 }
 
 Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c) {
-  static const bool decodes = switch_on("ATTN_FA_SM90_DECODE");
+  static const Sm90Passes with_decodes = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_DECODE");
+    if (v != nullptr && std::strcmp(v, "all") == 0) return Sm90Passes::all;
+    return switch_on("ATTN_FA_SM90_DECODE") ? Sm90Passes::mixed : Sm90Passes::prefills;
+  }();
   if (!flash_attn_sm90_available(c)) return Sm90Passes::none;
-  return decodes && !is_fp8(c.kv_dtype) ? Sm90Passes::all : Sm90Passes::prefills;
+  return is_fp8(c.kv_dtype) ? Sm90Passes::prefills : with_decodes;
 }
 
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {

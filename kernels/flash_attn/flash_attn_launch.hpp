@@ -58,15 +58,18 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c);
 
 // Which passes of a layer the planner gives the sm_90a kernel (its tiles for every sequence):
 // none (it cannot serve the layer), prefills (passes without a decode-sized sequence; the others
-// keep the mma.sync kernel with its decode tiles), or all (a decode-sized sequence is one 128-row
-// tile; the consumer warpgroup with no rows in it only takes its turns), so that decodes read their
-// pages through its producer and a mixed step is one persistent launch.
-enum class Sm90Passes { none, prefills, all };
+// keep the mma.sync kernel with its decode tiles), mixed (also passes that mix decode-sized
+// sequences with longer ones: a decode-sized sequence is one 128-row tile, the consumer warpgroup
+// with no rows in it only takes its turns, and a mixed step is one persistent launch; passes of
+// decodes alone keep the mma.sync decode tiling), or all (decode-only passes too).
+enum class Sm90Passes { none, prefills, mixed, all };
 
-// flash_attn_sm90_available, then all passes for a cache of the model dtype and prefills for an fp8
-// one (its decodes are faster on the mma.sync decode tiling, which widens the codes in registers:
-// docs/PERF_NOTES.md, Version 16). ATTN_FA_SM90_DECODE=0 keeps decodes on the mma.sync kernel for
-// every cache (A/B timing in one binary).
+// flash_attn_sm90_available, then mixed for a cache of the model dtype and prefills for an fp8 one
+// (its decodes are faster on the mma.sync decode tiling, which widens the codes in registers:
+// docs/PERF_NOTES.md, Version 16). Passes of 16-bit decodes alone left the sm_90a kernel in
+// Version 27, when the mma.sync decode tiling's swizzled rows made it 1.004-1.036 x faster there.
+// ATTN_FA_SM90_DECODE=0 keeps every pass with a decode on the mma.sync kernel, =all puts decode-only
+// passes of a 16-bit cache on the sm_90a kernel too (A/B timing in one binary).
 Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c);
 
 // Whether launch_flash_attn_fwd runs it for `c` and `t`: available, and sm90_block_m tiles for every

@@ -83,7 +83,8 @@ TEST(FlashAttnGpu, DecodeGqa4Bf16) {
   c.requests = {{37, 1}, {700, 1}, {15, 1}, {256, 1}, {1023, 1}, {1, 1}, {480, 1}, {64, 1}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  // The decode tiling, or the sm_90a kernel's 128-row tiles where it takes decodes.
+  // The decode tiling, or the sm_90a kernel's 128-row tiles where it takes decode-only passes
+  // (ATTN_FA_SM90_DECODE=all).
   const bool sm90 = flash_attn_sm90_passes(make_flash_attn_config(c.spec)) == Sm90Passes::all;
   EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=decode"), std::string::npos) << r.plan;
 }
@@ -94,7 +95,8 @@ TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
   c.requests = {{0, 97}, {300, 1}, {150, 130}, {77, 1}, {0, 5}, {513, 1}, {40, 64}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  const bool sm90 = flash_attn_sm90_passes(make_flash_attn_config(c.spec)) == Sm90Passes::all;
+  const Sm90Passes passes = flash_attn_sm90_passes(make_flash_attn_config(c.spec));
+  const bool sm90 = passes == Sm90Passes::all || passes == Sm90Passes::mixed;
   EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=prefill"), std::string::npos) << r.plan;
 }
 
@@ -324,14 +326,16 @@ TEST(FlashAttnSm90, Selected) {
   AttentionSpec fp8 = make_spec(32, 8, 128);
   fp8.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8, prefill), sm90);
-  // Decodes and mixed batches over a 16-bit cache: on it too unless ATTN_FA_SM90_DECODE=0 keeps
-  // them on mma.sync; over an fp8 cache always on mma.sync (its decode tiling is faster there).
+  // Mixed batches over a 16-bit cache: on it too unless ATTN_FA_SM90_DECODE=0 keeps them on
+  // mma.sync; decodes alone on the mma.sync decode tiling unless ATTN_FA_SM90_DECODE=all; over an
+  // fp8 cache both always on mma.sync (its decode tiling is faster there).
   const char* env = std::getenv("ATTN_FA_SM90_DECODE");
-  const bool decodes = sm90 && (env == nullptr || std::string(env) != "0");
+  const bool mixed = sm90 && (env == nullptr || std::string(env) != "0");
+  const bool decodes = sm90 && env != nullptr && std::string(env) == "all";
   EXPECT_EQ(flash_attn_sm90_passes(make_flash_attn_config(make_spec(32, 8, 128))),
-            !sm90 ? Sm90Passes::none : decodes ? Sm90Passes::all : Sm90Passes::prefills);
+            !sm90 ? Sm90Passes::none : decodes ? Sm90Passes::all : mixed ? Sm90Passes::mixed : Sm90Passes::prefills);
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}), decodes);
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}), decodes);
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}), mixed);
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 1}, {7, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 2}, {7, 1}}));
@@ -628,8 +632,10 @@ TEST(FlashAttnSelector, SplitRuleOnTheSm90KernelsDecodes) {
   // The persistent sm_90a kernel counts one CTA per SM for passes with decode-sized sequences: 16
   // decodes x 8 kv heads = 128 items stay unsplit on 132 SMs (2 splits at 2 CTAs per SM), 8 x 8 = 64
   // split in 2. Prefill passes keep 2 CTAs per SM.
+  // (Sm90Passes::all: ATTN_FA_SM90_DECODE=all; by default decode-only passes keep the mma.sync
+  // decode tiling.)
   const FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
-  if (flash_attn_sm90_passes(c) != Sm90Passes::all) GTEST_SKIP() << "the sm_90a kernel does not take decodes here";
+  if (flash_attn_sm90_passes(c) == Sm90Passes::none) GTEST_SKIP() << "no sm_90a kernel for this layer here";
   const FlashAttnPass d16 = make_flash_attn_pass(std::vector<int32_t>(16, 1), std::vector<int32_t>(16, 32768), true, 4,
                                                  128, 8, 132, 0, Sm90Passes::all, &c);
   EXPECT_EQ(flash_attn_ctas_per_sm(c, d16.tiling), 1);
@@ -662,16 +668,24 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   const FlashAttnPass mixed_mma = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, prefills);
   EXPECT_FALSE(mixed_mma.tiling.sm90_tiles);
   EXPECT_EQ(mixed_mma.tiling.block_m, 64);
-  const FlashAttnPass mixed = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, all);
-  EXPECT_TRUE(mixed.tiling.sm90_tiles);
-  EXPECT_EQ(mixed.tiling.block_m, 128);
-  EXPECT_EQ(mixed.num_tiles(), 1 + 1);
+  const FlashAttnPass mixed_all = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, all);
+  EXPECT_TRUE(mixed_all.tiling.sm90_tiles);
+  EXPECT_EQ(mixed_all.tiling.block_m, 128);
+  EXPECT_EQ(mixed_all.num_tiles(), 1 + 1);
   // Decodes alone (GQA 8, one and two tokens): the decode tiling, or one 128-row tile each.
   for (const Sm90Passes mode : {none, prefills}) {
     const FlashAttnPass d = make_flash_attn_pass({1, 2}, {300, 40}, true, 8, 128, 8, 132, 0, mode);
     EXPECT_TRUE(d.tiling.decode);
     EXPECT_FALSE(d.tiling.sm90_tiles);
   }
+  // mixed (the default for a 16-bit cache): a pass of decodes alone keeps the decode tiling, a
+  // decode beside a prefill takes the sm_90a tiles.
+  const FlashAttnPass decodes_mixed = make_flash_attn_pass({1, 2}, {300, 40}, true, 8, 128, 8, 132, 0, mixed);
+  EXPECT_TRUE(decodes_mixed.tiling.decode);
+  EXPECT_FALSE(decodes_mixed.tiling.sm90_tiles);
+  const FlashAttnPass beside = make_flash_attn_pass({97, 1}, {97, 300}, true, 1, 256, 16, 132, 0, mixed);
+  EXPECT_TRUE(beside.tiling.sm90_tiles);
+  EXPECT_EQ(beside.tiling.block_m, 128);
   const FlashAttnPass decodes = make_flash_attn_pass({1, 2}, {300, 40}, true, 8, 128, 8, 132, 0, all);
   EXPECT_FALSE(decodes.tiling.decode);
   EXPECT_TRUE(decodes.tiling.sm90_tiles);

@@ -28,9 +28,13 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
   int max_rows = 0;
   for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
   FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
-  for (const int32_t q : query_lens)
+  bool all_small = true;
+  for (const int32_t q : query_lens) {
     if (q * gqa <= t.small_block_m) t.small_seqs = true;
-  if (sm90 == Sm90Passes::all || (sm90 == Sm90Passes::prefills && !t.small_seqs)) {
+    all_small = all_small && q * gqa <= t.small_block_m;
+  }
+  if (sm90 == Sm90Passes::all || (sm90 == Sm90Passes::mixed && !all_small) ||
+      (sm90 == Sm90Passes::prefills && !t.small_seqs)) {
     // One tile size for every sequence: a decode-sized one is a single 128-row tile.
     t.decode = false;
     t.sm90_tiles = true;
@@ -126,7 +130,8 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     // per-item costs the persistent kernel does not amortise): its decodes keep the mma.sync decode
     // tiling (128 decodes sharing 4k + 512 own: 170.7 on the sm_90a kernel -> 167.3 us).
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, true, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, s.prefix_len, sm90 == Sm90Passes::all ? Sm90Passes::prefills : sm90,
+                                  num_sms, s.prefix_len,
+                                  sm90 == Sm90Passes::all || sm90 == Sm90Passes::mixed ? Sm90Passes::prefills : sm90,
                                   &config);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,

@@ -56,7 +56,8 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 // The tiling of one pass over sequences with these query lengths (packed rows = query_len x
 // gqa): the sm_90a kernel's tiles (sm90_block_m: 128 rows, 192 for head size 64 prefills) for
 // every sequence when `sm90` (flash_attn_sm90_passes)
-// gives it the pass (all passes, or prefills and no sequence fits a decode tile), else
+// gives it the pass (all passes; mixed and some sequence is longer than a decode tile; prefills
+// and no sequence fits a decode tile), else
 // flash_attn_tiling of the longest.
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90);
 
