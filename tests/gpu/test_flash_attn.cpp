@@ -615,7 +615,7 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 4);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
   EXPECT_EQ(make_flash_attn_pass(q48, k48, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
-  // hd64: both decode kernels fit 4 CTAs per SM (the 16-bit one by its 127 registers and 39 KB of
+  // hd64: both decode kernels fit 4 CTAs per SM (the 16-bit one by its 128 registers and 34 KB of
   // shared memory, the fp8 one by kMinCtasPerSm), so 64 x 4k stays unsplit on both.
   FlashAttnConfig c64 = make_flash_attn_config(make_spec(32, 8, 64));
   if (!flash_attn_unsupported_reason(c64).empty()) GTEST_SKIP() << flash_attn_unsupported_reason(c64);
