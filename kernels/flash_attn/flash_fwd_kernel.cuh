@@ -48,7 +48,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   constexpr int kRS = Tr::kRowStride;
   constexpr int kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kKvFp8;
-  constexpr int kKvRow = Tr::kKvRowBytes;
   // Operand dtype of the MMAs: fp16 on an fp8 cache (see above), else the model dtype.
   using MmaT = std::conditional_t<kFp8, __half, Element>;
   // A bf16 Q goes to fp16 in shared memory once it landed.

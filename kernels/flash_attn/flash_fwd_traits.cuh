@@ -18,10 +18,10 @@ struct FwdTraits {
   static constexpr bool kDecode = kDecode_;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  // Keys per shared-memory stage. Decode spreads 64 keys over the 4 warps (16 each). Prefill
-  // takes 64 keys per stage for head sizes <= 128 (one barrier and one rescale of O per 64
-  // keys); hd256 keeps 32 so that two CTAs (Q + 2 stages of K/V) still fit on one SM.
-  static constexpr int kBlockN = kDecode ? (kHeadDim <= 128 ? 64 : 32) : (kHeadDim <= 128 ? 64 : 32);
+  // Keys per shared-memory stage, decode and prefill alike: 64 for head sizes <= 128 (decode: 16
+  // per warp; prefill: one barrier and one rescale of O per 64 keys), 32 above so that two CTAs
+  // (Q + 2 stages of K/V) still fit on one SM.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
   // Decode: the 4 warps split each key tile in slices of 16 or 32 keys.
   static constexpr int kWarpsN = kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;

@@ -28,11 +28,9 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
   int max_rows = 0;
   for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
   FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
-  bool all_small = true;
-  for (const int32_t q : query_lens) {
+  for (const int32_t q : query_lens)
     if (q * gqa <= t.small_block_m) t.small_seqs = true;
-    all_small = all_small && q * gqa <= t.small_block_m;
-  }
+  const bool all_small = max_rows <= t.small_block_m;  // decodes alone
   if (sm90 == Sm90Passes::all || (sm90 == Sm90Passes::mixed && !all_small) ||
       (sm90 == Sm90Passes::prefills && !t.small_seqs)) {
     // One tile size for every sequence: a decode-sized one is a single 128-row tile.
