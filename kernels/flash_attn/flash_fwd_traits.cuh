@@ -22,7 +22,8 @@ struct FwdTraits {
   // per warp; prefill: one barrier and one rescale of O per 64 keys), 32 above so that two CTAs
   // (Q + 2 stages of K/V) still fit on one SM.
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
-  // Decode: the 4 warps split each key tile in slices of 16 or 32 keys.
+  // Decode: the warps split each key tile in slices of 16 keys (4 slices; 2 at head sizes above
+  // 128, whose other 2 warps take the next 16 rows).
   static constexpr int kWarpsN = kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
   // Prefill: two 16-row fragments per warp for head sizes <= 128 so one K/V fragment load feeds
