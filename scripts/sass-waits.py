@@ -5,8 +5,8 @@
 
 For each function of the listing (cuobjdump -sass; all of them, or those whose name matches
 REGEX): its HGMMA count and, for each WARPGROUP.DEPBAR (a wgmma wait), its address, the number
-of groups it leaves in flight, and the instructions listed between it and the HGMMA or wait
-before it, by opcode. That is how the sm_90a prefill's overlap was checked (PERF_NOTES Version
+of groups it leaves in flight, the products issued since the wait before it, and the instructions
+listed between it and the last product or wait before it, by opcode. That is how the sm_90a prefill's overlap was checked (PERF_NOTES Version
 28): ptxas may move a wait up within its basic block, and the softmax it was meant to overlap
 then shows up after it instead of before.
 
@@ -20,7 +20,7 @@ from collections import Counter
 INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
 PRED = re.compile(r"^@!?U?P\w+\s+")
-SHOWN = ("HGMMA", "FMNMX", "MUFU.EX2", "FFMA", "FADD", "FMUL", "F2FP", "SHFL", "VOTE", "SYNCS", "BAR", "BRA")
+SHOWN = ("FMNMX", "MUFU.EX2", "FFMA", "FADD", "FMUL", "F2FP", "SHFL", "VOTE", "SYNCS", "BAR", "BRA")
 
 
 def functions(lines):
