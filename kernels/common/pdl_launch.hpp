@@ -28,22 +28,40 @@ inline bool pdl_supported() {
   return cached;
 }
 
+// The same launch in thread block clusters of `cluster` CTAs (sm_90; a cluster of one CTA, the
+// default, adds no attribute). The grid must be a whole number of clusters in each dimension.
 template <class... Params, class... Args>
-cudaError_t launch_after_producer(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                                  cudaStream_t stream, Args&&... args) {
+cudaError_t launch_after_producer_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster,
+                                              size_t smem_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
   if (pdl_supported()) {  // the attribute only where the device has it
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
   }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster.x;
+    attr[n].val.clusterDim.y = cluster.y;
+    attr[n].val.clusterDim.z = cluster.z;
+    ++n;
+  }
+  cfg.attrs = n > 0 ? attr : nullptr;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <class... Params, class... Args>
+cudaError_t launch_after_producer(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                                  cudaStream_t stream, Args&&... args) {
+  return launch_after_producer_in_clusters(kernel, grid, block, dim3(1, 1, 1), smem_bytes, stream,
+                                           std::forward<Args>(args)...);
 }
 
 }  // namespace attn::kern

@@ -114,6 +114,34 @@ __device__ __forceinline__ void pdl_wait_for_producer() {
 #endif
 }
 
+// Thread block clusters (sm_90; the callers run these only in clustered launches).
+// cluster_sync: every thread of every CTA of the cluster arrives, then waits for all; shared-memory
+// writes before it (remote ones included) are visible to the cluster's threads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// The address of shared-memory address `addr` (of this CTA) in the CTA of cluster rank `rank`.
+__device__ __forceinline__ uint32_t cluster_map_shared(uint32_t addr, uint32_t rank) {
+  uint32_t r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+// Stores to a cluster shared-memory address (cluster_map_shared).
+__device__ __forceinline__ void st_cluster_f32x4(uint32_t addr, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#endif
+}
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(a) : "memory");
+#endif
+}
+
 // 2^x on the special-function unit (flushes subnormal results to zero, which P never needs).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/common/pdl_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
 #include "kernels/flash_attn/flash_fwd_sm90.hpp"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
@@ -50,6 +51,13 @@ int ctas_per_sm_kv(bool fp8, bool decode) {
 template <int D>
 int ctas_per_sm_dtype(DType dtype, bool fp8, bool decode) {
   return dtype == DType::f16 ? ctas_per_sm_kv<D, __half>(fp8, decode) : ctas_per_sm_kv<D, __nv_bfloat16>(fp8, decode);
+}
+
+// FwdTraits::kMaxClusterSplits of the decode tiling (its sizes do not depend on the 16-bit dtype).
+template <int D>
+int max_cluster_splits(bool fp8) {
+  return fp8 ? fa::FwdTraits<D, __half, true, true>::kMaxClusterSplits
+             : fa::FwdTraits<D, __half, false, true>::kMaxClusterSplits;
 }
 
 // The sm_90a kernel exists for head sizes 64, 128, 192 and 256 (the quick build keeps 128 and 192).
@@ -164,11 +172,32 @@ int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   }
 }
 
+bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t, int num_splits) {
+  static const bool enabled = switch_on("ATTN_FA_CLUSTER_MERGE");
+  if (!enabled || !t.decode || num_splits < 2 || !flash_attn_unsupported_reason(c).empty() ||
+      flash_attn_uses_sm90(c, t) || !kern::pdl_supported())  // clusters: compute capability 9.0 on, as PDL
+    return false;
+  const bool fp8 = is_fp8(c.kv_dtype);
+  switch (c.head_size_qk) {
+#if !defined(ATTN_QUICK_BUILD)
+    case 64: return num_splits <= max_cluster_splits<64>(fp8);
+    case 96: return num_splits <= max_cluster_splits<96>(fp8);
+    case 256: return num_splits <= max_cluster_splits<256>(fp8);
+#endif
+    case 128: return num_splits <= max_cluster_splits<128>(fp8);
+    case 192: return num_splits <= max_cluster_splits<192>(fp8);
+    default: return false;
+  }
+}
+
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
                            cudaStream_t stream) {
   if (const std::string why = flash_attn_unsupported_reason(c); !why.empty())
     throw RuntimeError("launch_flash_attn_fwd: " + why);
   if (p.num_tiles == 0) return;
+  if (p.split_cluster != 0 && !flash_attn_cluster_merge(c, t, p.num_splits))
+    throw RuntimeError("launch_flash_attn_fwd: split_cluster set for a launch whose " + std::to_string(p.num_splits) +
+                       " splits cannot merge in a cluster (flash_attn_cluster_merge)");
   const bool fp8 = is_fp8(c.kv_dtype);
   const bool sm90 = flash_attn_uses_sm90(c, t);
   if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))

@@ -72,6 +72,10 @@ struct FlashAttnParams {
   // so the tiles of older keys load before waiting for it; the sm_90a kernel always assumes so.
   // 0: the mma.sync kernel waits for it before reading anything (a GEMM may have written Q, K, V).
   int after_cache_write = 0;
+  // Decode tiling (flash_attn_cluster_merge): 1 = the num_splits CTAs of a tile run as one thread
+  // block cluster and merge their states in the first one's shared memory, which writes O and LSE;
+  // o_partial is then unused and no merge_attn_states follows. 0 = splits write partials.
+  int split_cluster = 0;
 };
 
 }  // namespace attn

@@ -35,6 +35,59 @@ using namespace attn::kern;
 // into the MMA operands; kernels/common/mma_fp8.cuh has the operand layouts (Q·K^T over head dims
 // in the order 4t..4t+3, P·V into even/odd dim column blocks) and kFp8QScale.
 
+// The first CTA of a cluster of splits (FlashAttnParams::split_cluster): merges the p.num_splits
+// slots its shared memory holds at `slots` (each [kBlockM][D] normalized rows, then [kBlockM]
+// natural-log LSEs) by their LSEs, as merge_attn_states does (a split with LSE -inf weighs 0 and is
+// never read), and writes O and the LSE of the tile's rows.
+template <class Tr>
+__device__ __forceinline__ void merge_cluster_splits(const FlashAttnParams& p, const uint8_t* slots, int row0,
+                                                     int q_start, int q_len, int kvh) {
+  using Element = typename Tr::Element;
+  constexpr int D = Tr::kHeadDim, kBlockM = Tr::kBlockM, kVec = 8;
+  constexpr int kSlotFloats = Tr::kMergeSplitBytes / 4;
+  const float* buf = reinterpret_cast<const float*>(slots);
+  const int G = p.num_q_heads / p.num_kv_heads;
+  for (int c = threadIdx.x; c < kBlockM * (D / kVec); c += Tr::kThreads) {
+    const int r = c / (D / kVec), col = (c % (D / kVec)) * kVec;
+    const int prow = row0 + r;
+    const int t = prow / G;
+    if (t >= q_len) continue;
+    float m = -INFINITY;
+    for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, buf[s * kSlotFloats + kBlockM * D + r]);
+    const float m_use = m == -INFINITY ? 0.f : m;
+    float total = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) total += expf(buf[s * kSlotFloats + kBlockM * D + r] - m_use);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    float out[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out[i] = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = expf(buf[s * kSlotFloats + kBlockM * D + r] - m_use) * inv;
+      if (w == 0.f) continue;
+      const float4* src = reinterpret_cast<const float4*>(buf + s * kSlotFloats + r * D + col);
+      const float4 a = src[0], b = src[1];
+      out[0] += w * a.x;
+      out[1] += w * a.y;
+      out[2] += w * a.z;
+      out[3] += w * a.w;
+      out[4] += w * b.x;
+      out[5] += w * b.y;
+      out[6] += w * b.z;
+      out[7] += w * b.w;
+    }
+    const int64_t tok = q_start + t;
+    const int head = kvh * G + prow % G;
+    uint4 packed;
+    packed.x = pack2<Element>(out[0], out[1]);
+    packed.y = pack2<Element>(out[2], out[3]);
+    packed.z = pack2<Element>(out[4], out[5]);
+    packed.w = pack2<Element>(out[6], out[7]);
+    *reinterpret_cast<uint4*>(static_cast<Element*>(p.o) + (tok * p.num_q_heads + head) * D + col) = packed;
+    if (col == 0 && p.lse)
+      p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = total > 0.f ? m_use + logf(total) : -INFINITY;
+  }
+}
+
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 // kE5m2: the format of an fp8 cache (e5m2, else e4m3; unused for a 16-bit cache).
 // wait_new_keys: the kernel ahead (the step's cache write) may still run; see wait_for_new_keys.
@@ -503,6 +556,19 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const bool partial = p.o_partial != nullptr;
   const int64_t slot = p.partial_offset + split;
   constexpr int kVec = 8;
+  // Splits in a cluster (decode tiling, sm_90): every CTA stores its rows into slot `split` of the
+  // first CTA's shared memory instead of a partial in global memory, and that CTA merges them as
+  // merge_attn_states would. The first barrier: every CTA of the cluster left its main loop, so
+  // the first one's stages are free; the second: every slot is written.
+  bool in_cluster = false;
+  uint32_t merge_slot = 0;  // cluster shared-memory address of this split's slot
+  if constexpr (Tr::kMaxClusterSplits > 1) {
+    in_cluster = p.split_cluster != 0;
+    if (in_cluster) {
+      cluster_sync();
+      merge_slot = cluster_map_shared(smem_u32(smem + Tr::kMergeOffset), 0) + split * Tr::kMergeSplitBytes;
+    }
+  }
   for (int c = tid; c < kBlockM * (D / kVec); c += Tr::kThreads) {
     const int r = c / (D / kVec), col = (c % (D / kVec)) * kVec;
     const int prow = row0 + r;
@@ -520,6 +586,14 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 #pragma unroll
       for (int i = 0; i < kVec; ++i) out[i] += wgt * src[i];
     }
+    if (in_cluster) {
+      // slot: [kBlockM][D] rows, then [kBlockM] LSEs
+      const uint32_t dst = merge_slot + (r * D + col) * 4;
+      st_cluster_f32x4(dst, out[0], out[1], out[2], out[3]);
+      st_cluster_f32x4(dst + 16, out[4], out[5], out[6], out[7]);
+      if (col == 0) st_cluster_f32(merge_slot + (kBlockM * D + r) * 4, sMax[r]);
+      continue;
+    }
     const int64_t row_index = tok * p.num_q_heads + head;
     if (partial) {
       float* dst = p.o_partial + (slot * p.num_tokens * p.num_q_heads + row_index) * D + col;
@@ -534,6 +608,12 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       packed.w = pack2<Element>(out[6], out[7]);
       *reinterpret_cast<uint4*>(static_cast<Element*>(p.o) + row_index * D + col) = packed;
       if (col == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = sMax[r];
+    }
+  }
+  if constexpr (Tr::kMaxClusterSplits > 1) {
+    if (in_cluster) {
+      cluster_sync();
+      if (split == 0) merge_cluster_splits<Tr>(p, smem + Tr::kMergeOffset, row0, q_start, q_len, kvh);
     }
   }
 }
@@ -584,7 +664,9 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
       cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
   (void)configured;
   const dim3 grid(kDecode ? p.num_tiles * p.num_kv_heads : p.num_tiles, kDecode ? 1 : p.num_kv_heads, p.num_splits);
-  (void)launch_after_producer(kernel, grid, dim3(Tr::kThreads), kSmem, stream, p);
+  // A tile's splits as one cluster (the launcher checked flash_attn_cluster_merge).
+  const dim3 cluster(1, 1, p.split_cluster ? p.num_splits : 1);
+  (void)launch_after_producer_in_clusters(kernel, grid, dim3(Tr::kThreads), cluster, kSmem, stream, p);
 }
 
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory

@@ -86,6 +86,15 @@ struct FwdTraits {
   static constexpr int kORowStride = kHeadDim + 8;
   static constexpr int kEpiBytes = kWarpsN * kBlockM * (kORowStride + 2) * 4;
   static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
+  // Decode tiling in clusters (FlashAttnParams::split_cluster): each split CTA stores its normalized
+  // rows and their LSEs ([kBlockM][kHeadDim] + [kBlockM] fp32) into slot `split` of the first CTA's
+  // shared memory, past the epilogue's arrays; as many splits as fit there, at most 8 (a portable
+  // cluster).
+  static constexpr int kMergeOffset = (kEpiBytes + 15) / 16 * 16;
+  static constexpr int kMergeSplitBytes = kBlockM * (kHeadDim + 1) * 4;
+  static constexpr int kMaxClusterSplitsFit = (kSmemBytes - kMergeOffset) / kMergeSplitBytes;
+  static constexpr int kMaxClusterSplits = !kDecode ? 0 : kMaxClusterSplitsFit < 8 ? kMaxClusterSplitsFit : 8;
+  static_assert(kMergeSplitBytes % 16 == 0, "16-byte stores into each split's slot");
 };
 
 // Launches flash_fwd_kernel<FwdTraits<...>> over grid (num_tiles, num_kv_heads, num_splits), or

@@ -94,6 +94,7 @@ class FlashAttnInstance final : public BackendInstance {
       pre.causal = 0;
       pre.sinks = nullptr;  // counted once, in the suffix pass
       pre.partial_offset = 0;
+      pre.split_cluster = 0;
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -202,6 +203,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.block_table_stride = meta_.max_blocks_per_req;
     p.num_tiles = schedule_.main.num_tiles();
     p.num_splits = schedule_.main.num_splits;
+    p.split_cluster = schedule_.main.cluster_merge ? 1 : 0;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;

@@ -142,6 +142,9 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     return v != nullptr ? std::clamp(std::atoi(v), 0, kMaxSplits) : 0;
   }();
   if (forced_splits > 0) s.main.num_splits = forced_splits;
+  // Without cascade the main pass's splits are the only partials: a decode pass merges them in
+  // clusters where it can (the cascade's suffix partials merge with the prefix's).
+  s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);
   return s;
 }
 
@@ -149,6 +152,7 @@ std::string FlashAttnSchedule::summary() const {
   const char* tiling = main.tiling.decode ? "decode" : main.tiling.sm90_tiles ? "sm90" : "prefill";
   std::string out = "tiles=" + std::to_string(main.num_tiles()) + " tiling=" + tiling +
                     " splits=" + std::to_string(main.num_splits);
+  if (main.cluster_merge) out += " merge=cluster";
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
            " prefix_splits=" + std::to_string(prefix.num_splits);

@@ -16,6 +16,7 @@ struct FlashAttnPass {
   std::vector<int32_t> tiles;  // [num_tiles, 2] (seq, m_block), most key tiles first
   int num_splits = 1;
   int kv_begin = 0;            // suffix pass: the prefix length
+  bool cluster_merge = false;  // the splits merge in clusters (flash_attn_cluster_merge): no partials
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
@@ -28,7 +29,7 @@ struct FlashAttnSchedule {
   // Partial states merged by merge_attn_states (0 = the main pass writes O directly).
   int num_partials() const {
     if (cascade) return prefix.num_splits + main.num_splits;
-    return main.num_splits > 1 ? main.num_splits : 0;
+    return main.num_splits > 1 && !main.cluster_merge ? main.num_splits : 0;
   }
   std::string summary() const;
 };
