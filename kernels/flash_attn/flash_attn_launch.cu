@@ -60,11 +60,12 @@ int max_cluster_splits(bool fp8) {
              : fa::FwdTraits<D, __half, false, true>::kMaxClusterSplits;
 }
 
-// The sm_90a kernel exists for head sizes 64, 128, 192 and 256 (the quick build keeps 128 and 192).
+// The sm_90a kernel exists for head sizes 64, 96, 128, 192 and 256 (the quick build keeps 128 and 192).
 bool sm90_compiled_for(int d) {
   switch (d) {
 #if !defined(ATTN_QUICK_BUILD)
     case 64: return fa::sm90_prefill_compiled<64>();
+    case 96: return fa::sm90_prefill_compiled<96>();
     case 256: return fa::sm90_prefill_compiled<256>();
 #endif
     case 128: return fa::sm90_prefill_compiled<128>();
@@ -209,6 +210,7 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
       throw RuntimeError("launch_flash_attn_fwd: fp8 tensor cores need the query scale (q_scale > 0)");
 #if !defined(ATTN_QUICK_BUILD)
     if (c.head_size_qk == 64) fa::run_flash_fwd_sm90<64>(p, fp16, fp8, false, t.small_seqs, stream);
+    if (c.head_size_qk == 96) fa::run_flash_fwd_sm90<96>(p, fp16, fp8, false, t.small_seqs, stream);
     if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, false, t.small_seqs, stream);
 #endif
     if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, fp8_mma, t.small_seqs, stream);

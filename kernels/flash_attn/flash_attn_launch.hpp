@@ -50,8 +50,8 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 // pipe idle 63 % of the time, ncu, docs/PERF_NOTES.md Version 24), two otherwise (128).
 constexpr int sm90_block_m(int head_size, bool small_seqs) { return head_size == 64 && !small_seqs ? 192 : 128; }
 
-// Whether the sm_90a wgmma kernel can serve layer `c` on the current device: head size 64, 128,
-// 192 or 256, fp16/bf16 with a cache of the same dtype, a compute capability 9.0 device and an sm_90a
+// Whether the sm_90a wgmma kernel can serve layer `c` on the current device: head size 64, 96,
+// 128, 192 or 256, fp16/bf16 with a cache of the same dtype or an fp8 one, a compute capability 9.0 device and an sm_90a
 // image of that head size in this binary. ATTN_FA_SM90=0 in the environment turns it off (A/B
 // timing against the mma.sync kernel).
 bool flash_attn_sm90_available(const FlashAttnConfig& c);

@@ -2,12 +2,19 @@
 // Paged varlen attention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) with fp32
 // accumulators in registers, K and V read by the tensor cores straight from shared memory.
 //
-// Served shapes: head sizes 64, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
+// Served shapes: head sizes 64, 96, 128, 192 and 256, fp16/bf16 model dtype with a cache of the same
 // dtype or an fp8 one (widened to fp16 in shared memory by the producer), 128 packed query rows per
 // tile (192 for head size 64 prefills): prefills, and with a 16-bit cache decodes and mixed batches
 // too (a decode is one tile of G x q_len rows; flash_attn_sm90_passes). Everything else (fp8
-// decodes, head size 96, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher
-// decides.
+// decodes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+//
+// Head size 96 runs in the tiles of head size 128 (kDimPad): the 128-byte swizzle holds 64 dims per
+// column block, and P V's B operand (V, N-major) must span whole blocks, so the second block of Q,
+// K and V holds dims 64..95 and 32 unused ones. Q K^T takes only the 6 k-steps of real dims; P V
+// runs as m64n128 and its last 32 output columns, whatever V's unused dims hold, are never stored.
+// The copies write only real dims (bulk copies: the box's dims past 96 are out of the tensor and
+// land as zeros). A quarter more P V work than the head size needs (FlashAttention-3 takes a 64-byte
+// swizzle at this head size instead).
 //
 // A CTA is three warpgroups (four for head size 64 prefills), specialised. Warpgroup 0 is the
 // producer: it fills a ring of K/V tiles of B = 128 keys (64 at head size 192; at 256, 80 for
@@ -71,10 +78,10 @@ constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
 // setmaxnreg.inc wait forever). 16-bit caches: 40 + 232 (two consumers) or 40 + 152 (three). An
 // fp8 cache's producer holds block-table entries, copy addresses and codes being widened: 88 at
-// head sizes 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
+// head sizes 96, 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
 // below 216).
 template <int kHeadDim, bool kFp8>
-constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
+constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
 template <int kHeadDim, bool kFp8, int kNumConsumers>
 constexpr int kConsumerRegs = (65536 / (128 * (kNumConsumers + 1)) / 8 * 8 * (kNumConsumers + 1) -
                                kProducerRegs<kHeadDim, kFp8>) / kNumConsumers / 8 * 8;
@@ -100,21 +107,23 @@ struct Sm90Traits {
   // stages of 80 KB: with two of 64 KB the consumers waited for a full stage 12 % of the time,
   // ncu), 64 over fp8 (its consumers have 216 registers) and for decode launches.
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim == 256 && !kFp8 && !kDecodes ? 80 : 64;
-  static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row
+  // Dims of a tile in shared memory and of P V's N: whole 64-column blocks (96 -> 128, see above).
+  static constexpr int kDimPad = (kHeadDim + 63) / 64 * 64;
+  static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row of real dims
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
-  static constexpr int kQBytes = kQBlockBytes * kHeadDim / 64;
-  static constexpr int kKvBytes = kKvBlockBytes * kHeadDim / 64;
+  static constexpr int kQBytes = kQBlockBytes * kDimPad / 64;
+  static constexpr int kKvBytes = kKvBlockBytes * kDimPad / 64;
   // Ring depth: what fits beside Q. Head size 64 computes half as long per tile, so it keeps more
   // tiles in flight (5 stages of 32 KB).
   static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
-  // Q + the K/V ring (hd64 184 KB, hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
+  // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
-  static constexpr int kAccO = kHeadDim / 2;  // O accumulators per thread
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+  static constexpr int kAccO = kDimPad / 2;   // O accumulators per thread (the unused dims' too)
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "P V as one m64n{64,128,192,256}k16 per k-step");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
@@ -394,14 +403,15 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
         if (warp == 0 && maps.box_rows > 0) {
           // The barrier counts this arrival with maps whether or not the tile has a box.
           const uint32_t full = full_bar(stage);
-          if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * kHeadDim * 2));
+          // Whole boxes of 64 dims: at head size 96 the second one's dims past 96 land as zeros.
+          if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * Tr::kDimPad * 2));
           if (lane < n_boxes) {
             const int key = key0 + lane * maps.box_rows;
             const int in_block = slot_of(key);
             const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
             const uint32_t dk = smem_u32(dst_k) + lane * maps.box_rows * 128;
 #pragma unroll
-            for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+            for (int cb = 0; cb < Tr::kDimPad / 64; ++cb) {
               tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, box_block, full);
               tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, box_block, full);
             }

@@ -378,18 +378,22 @@ TEST(FlashAttnSm90, Selected) {
   EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
   EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), {{0, 97}, {300, 1}}), mixed);  // else mma.sync, 64-row tiles
+  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 96), prefill), sm90);
+#else
+  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 96), prefill));  // not compiled
 #endif
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 96), prefill));
 }
 
 #if !defined(ATTN_QUICK_BUILD)
 TEST(FlashAttnSm90, HeadSizes64To256) {
-  // hd64: one 64-column swizzle block per row, P V as m64n64k16. hd192 (24 chunks per row, not a
+  // hd64: one 64-column swizzle block per row, P V as m64n64k16. hd96: hd128's tiles, dims 96..127
+  // never copied (bulk copies land them as zeros, cp.async leaves them as they were), Q K^T over 6
+  // k-steps, P V as m64n128k16 with 32 output columns dropped. hd192 (24 chunks per row, not a
   // divisor of the 128 producer threads) and hd256: 64-key stages, P V as m64n192k16 and
   // m64n256k16, 128-row host tiles (their mma.sync tiles are 64 rows). All: ragged GQA, then
   // soft cap + sinks + a window.
   ATTN_REQUIRE_CUDA_DEVICE();
-  for (int d : {64, 192, 256}) {
+  for (int d : {64, 96, 192, 256}) {
     Case c{make_spec(28, 4, d, DType::f16, 32)};
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     EXPECT_VALID(run_case(c)) << " (head size " << d << ")";
@@ -413,6 +417,29 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
   Case m{make_spec(16, 16, 256)};
   m.requests = {{0, 97}, {300, 1}, {40, 200}};
   EXPECT_VALID(run_case(m));
+  // hd96: splits, 48-slot pages (boxes of 16 under the 128-key tile), a mixed batch with decodes
+  // and an fp8 cache (codes widened into the padded tiles).
+  Case split96{make_spec(8, 1, 96)};
+  split96.requests = {{3000, 12}, {1777, 5}};
+  const Outcome r96 = run_case(split96);
+  EXPECT_VALID(r96);
+  EXPECT_EQ(r96.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r96.plan;
+  Case pages96{make_spec(12, 4, 96, DType::bf16, 48)};
+  pages96.requests = {{0, 200}, {333, 100}, {47, 49}};
+  EXPECT_VALID(run_case(pages96));
+  EXPECT_EQ(pass_uses_sm90(pages96.spec, pages96.requests), sm90_expected());
+  Case mixed96{make_spec(16, 4, 96, DType::f16)};
+  mixed96.requests = {{0, 97}, {300, 1}, {40, 200}, {1000, 2}};
+  EXPECT_VALID(run_case(mixed96));
+  for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    Case f96{make_spec(8, 2, 96)};
+    f96.spec.kv_cache_dtype = kv;
+    f96.spec.k_scale = 0.05f;
+    f96.spec.v_scale = 0.03f;
+    f96.requests = {{0, 97}, {150, 130}, {1000, 300}};
+    EXPECT_VALID(run_case(f96)) << to_string(kv);
+    EXPECT_EQ(pass_uses_sm90(f96.spec, f96.requests), sm90_expected()) << to_string(kv);
+  }
 }
 #endif
 
