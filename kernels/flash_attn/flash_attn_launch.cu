@@ -83,6 +83,9 @@ FlashAttnTiling tiling_of(int max_packed_rows) {
 }
 
 // An A/B switch of the environment, read once per process by its caller: on unless set to "0".
+// The MLA prefill's attention: Q K^T over 192 dims, V and O of 128 (sm_90a kernel only).
+bool qk192_v128(const FlashAttnConfig& c) { return c.head_size_qk == 192 && c.head_size_v == 128; }
+
 bool switch_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -96,8 +99,9 @@ std::string flash_attn_unsupported_reason(const FlashAttnConfig& c) {
     return "model dtype " + std::string(to_string(c.dtype)) + " not supported (fp16 or bf16 only)";
   if (c.kv_dtype != c.dtype && !is_fp8(c.kv_dtype))
     return "kv cache dtype " + std::string(to_string(c.kv_dtype)) + " must equal the model dtype or be fp8";
-  if (c.head_size_qk != c.head_size_v)
-    return "head_size_qk " + std::to_string(c.head_size_qk) + " != head_size_v " + std::to_string(c.head_size_v);
+  if (c.head_size_qk != c.head_size_v && !(qk192_v128(c) && flash_attn_sm90_available(c)))
+    return "head_size_qk " + std::to_string(c.head_size_qk) + " != head_size_v " + std::to_string(c.head_size_v) +
+           (qk192_v128(c) ? " runs on the sm_90a kernel only (a 16-bit cache, a compute capability 9.0 device)" : "");
   const int d = c.head_size_qk;
   if (d != 64 && d != 96 && d != 128 && d != 192 && d != 256)
     return "head size " + std::to_string(d) + " not supported (64, 96, 128, 192, 256)";
@@ -128,7 +132,11 @@ bool flash_attn_sm90_available(const FlashAttnConfig& c) {
   static const bool enabled = switch_on("ATTN_FA_SM90");
   // A cache of the model dtype, or an fp8 one (the producer widens it to fp16).
   const bool cache_ok = c.kv_dtype == c.dtype || is_fp8(c.kv_dtype);
-  return enabled && c.head_size_qk == c.head_size_v && !c.use_mla && cache_ok &&
+  // qk 192 / v 128 (the MLA prefill): a 16-bit cache; ATTN_FA_SM90_V128=0 turns it off, so the
+  // MLA prefill pads V to 192 instead (A/B timing).
+  static const bool v128 = switch_on("ATTN_FA_SM90_V128");
+  const bool heads_ok = c.head_size_qk == c.head_size_v || (qk192_v128(c) && v128 && c.kv_dtype == c.dtype);
+  return enabled && heads_ok && !c.use_mla && cache_ok &&
          (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
 }
 
@@ -201,6 +209,8 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
                        " splits cannot merge in a cluster (flash_attn_cluster_merge)");
   const bool fp8 = is_fp8(c.kv_dtype);
   const bool sm90 = flash_attn_uses_sm90(c, t);
+  if (!sm90 && c.head_size_qk != c.head_size_v)
+    throw RuntimeError("launch_flash_attn_fwd: head_size_qk != head_size_v needs the sm_90a kernel's tiles (not selected)");
   if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))
     throw RuntimeError("launch_flash_attn_fwd: CSR block tables and base-2 LSEs need the sm_90a kernel (not selected)");
   if (sm90) {
@@ -214,7 +224,8 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     if (c.head_size_qk == 256) fa::run_flash_fwd_sm90<256>(p, fp16, fp8, false, t.small_seqs, stream);
 #endif
     if (c.head_size_qk == 128) fa::run_flash_fwd_sm90<128>(p, fp16, fp8, fp8_mma, t.small_seqs, stream);
-    if (c.head_size_qk == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, false, t.small_seqs, stream);
+    if (c.head_size_qk == 192 && c.head_size_v == 128) fa::run_flash_fwd_sm90<192, 128>(p, fp16, fp8, false, false, stream);
+    if (c.head_size_qk == 192 && c.head_size_v == 192) fa::run_flash_fwd_sm90<192>(p, fp16, fp8, false, t.small_seqs, stream);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw RuntimeError(std::string("flash_fwd_sm90_kernel launch failed: ") + cudaGetErrorString(err));

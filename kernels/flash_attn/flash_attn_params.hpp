@@ -16,7 +16,8 @@ struct FlashAttnParams {
   // ---- inputs ----------------------------------------------------------------------------
   const void* q;        // [num_tokens, num_q_heads, head_size] model dtype (fp16/bf16)
   const void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA K half, NHD)
-  const void* v_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA V half, NHD)
+  const void* v_cache;  // [num_blocks, block_size, num_kv_heads, head_size] cache dtype (FA V half, NHD; qk 192 / v 128:
+                        // the same strides, dims 128.. unread)
   const int32_t* block_table;      // [num_seqs, block_table_stride] physical block of each logical block
   // sm_90a kernel only: when set, sequence s's blocks start at block_table[block_table_indptr[s]]
   // (FlashInfer's CSR page table: indptr + indices) instead of row s * block_table_stride.
@@ -30,11 +31,11 @@ struct FlashAttnParams {
   const float* sinks;              // [num_q_heads] sink logits (natural units) or nullptr
 
   // ---- outputs: either the final O/LSE or one partial state per split ----------------------
-  void* o;              // [num_tokens, num_q_heads, head_size] model dtype; used when o_partial is null
+  void* o;              // [num_tokens, num_q_heads, Dv] model dtype (Dv: FlashAttnConfig::head_size_v); used when o_partial is null
   float* lse;           // lse[token * lse_token_stride + head * lse_head_stride] natural log (base 2 with lse_base2), or nullptr
   int64_t lse_token_stride;
   int64_t lse_head_stride;
-  float* o_partial;     // [num_partials, num_tokens, num_q_heads, head_size] normalized partial O, or nullptr
+  float* o_partial;     // [num_partials, num_tokens, num_q_heads, Dv] normalized partial O, or nullptr
   float* lse_partial;   // [num_partials, num_tokens, num_q_heads] natural-log LSE of each partial
   int partial_offset;   // this launch writes partial slots partial_offset .. partial_offset + num_splits - 1
   int lse_base2;        // sm_90a kernel only: 1 = LSEs in log2 units (FlashInfer's convention)

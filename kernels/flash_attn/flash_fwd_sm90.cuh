@@ -95,9 +95,11 @@ constexpr bool kPersistent = kHeadDim != 256;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
-template <int kHeadDim_, bool kFp8, bool kDecodes>
+template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
+  // V's head size: kHeadDim, or 128 under head size 192 (the MLA prefill's qk 192 / v 128).
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kConsumers = sm90::kConsumers<kHeadDim, kDecodes>;
   static constexpr int kBlockM = 64 * kConsumers;             // packed query rows per tile
   static constexpr int kThreads = 128 * (1 + kConsumers);     // producer warpgroup + the consumers
@@ -107,22 +109,28 @@ struct Sm90Traits {
   // stages of 80 KB: with two of 64 KB the consumers waited for a full stage 12 % of the time,
   // ncu), 64 over fp8 (its consumers have 216 registers) and for decode launches.
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim == 256 && !kFp8 && !kDecodes ? 80 : 64;
+  static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128 && !kFp8 && !kDecodes),
+                "V narrower than Q K^T: qk 192 / v 128 prefills over a 16-bit cache");
   // Dims of a tile in shared memory and of P V's N: whole 64-column blocks (96 -> 128, see above).
   static constexpr int kDimPad = (kHeadDim + 63) / 64 * 64;
+  static constexpr int kDimVPad = (kHeadDimV + 63) / 64 * 64;  // V's (P V's N)
   static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per row of real dims
+  static constexpr int kChunksV = kHeadDimV / 8;             // of V and O
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
   static constexpr int kQBytes = kQBlockBytes * kDimPad / 64;
-  static constexpr int kKvBytes = kKvBlockBytes * kDimPad / 64;
+  static constexpr int kKvBytes = kKvBlockBytes * kDimPad / 64;   // a K tile (V's at equal head sizes)
+  static constexpr int kVBytes = kKvBlockBytes * kDimVPad / 64;
+  static constexpr int kStageBytes = kKvBytes + kVBytes;           // K, then V at kKvBytes
   // Ring depth: what fits beside Q. Head size 64 computes half as long per tile, so it keeps more
-  // tiles in flight (5 stages of 32 KB).
-  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDim <= 192 ? 3 : 2;
+  // tiles in flight (5 stages of 32 KB); qk 192 / v 128 has four stages of 40 KB beside its 48 KB Q.
+  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? 4 : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
   // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
-  static constexpr int kAccO = kDimPad / 2;   // O accumulators per thread (the unused dims' too)
+  static constexpr int kAccO = kDimVPad / 2;  // O accumulators per thread (the unused dims' too)
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "P V as one m64n{64,128,192,256}k16 per k-step");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
@@ -168,8 +176,8 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // consumer whose 64 rows are all past its item's query skips its products. A separate instantiation:
 // the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
 // registers moved), so prefill launches keep the kernel without it.
-template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
-__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThreads), 1)
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim>
+__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
 #if defined(ATTN_SM90A_DEVICE)
@@ -178,22 +186,23 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
   // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
   // second consumer loop spilled 20 bytes (its consumers have no register to spare).
   static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
-  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes>;
+  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
   constexpr int kConsumers = Tr::kConsumers, kCThreads = Tr::kConsumerThreads;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
+  constexpr int kStageBytes = Tr::kStageBytes, kChunksV = Tr::kChunksV;
   constexpr int kVtOffset = 16384;  // kFp8Mma: V^T after the 16 KB V staging tile in a stage's V region
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // Swizzle atoms must start on 1024-byte boundaries.
   const uint32_t raw_addr = smem_u32(smem_raw);
   uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
   uint8_t* sQ = smem;                 // [D / 64 blocks][128 rows][128 B] swizzled
-  uint8_t* sKV = smem + Tr::kQBytes;  // stage s: K at sKV + 2s * kKvBytes, V right after
+  uint8_t* sKV = smem + Tr::kQBytes;  // stage s: K at sKV + s * kStageBytes, V right after
   const uint32_t sQ_addr = smem_u32(sQ);
   const uint32_t sKV_addr = smem_u32(sKV);
-  const uint32_t bar_addr = smem_u32(sKV + 2 * kStages * kKvBytes);
+  const uint32_t bar_addr = smem_u32(sKV + kStages * kStageBytes);
   auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
   auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
 
@@ -284,7 +293,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     // Widens this thread's chunks of the stage's K and V, then hands them to the consumers:
     // generic-proxy stores, fenced for their wgmma reads, and this thread's arrival on "full".
     auto widen_fp8 = [&](int stage) {
-      uint8_t* tile = sKV + (2 * stage) * kKvBytes;
+      uint8_t* tile = sKV + stage * kStageBytes;
 #pragma unroll 1
       for (int i0 = 0; i0 < kPer8; i0 += 2) {
         uint4 codes[2][2];  // [chunk][K, V]
@@ -326,8 +335,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     // the order in which the S accumulators hold each 16 keys (k-slots 4t .. 4t + 3 of wgmma_rs_e4m3's
     // A registers are accumulator columns 2t, 2t + 1, 2t + 8, 2t + 9), so P needs no shuffle.
     auto transpose_v = [&](int stage) {
-      const uint8_t* vraw = sKV + (2 * stage + 1) * kKvBytes;
-      uint8_t* vt = sKV + (2 * stage + 1) * kKvBytes + kVtOffset;
+      const uint8_t* vraw = sKV + stage * kStageBytes + kKvBytes;
+      uint8_t* vt = sKV + stage * kStageBytes + kKvBytes + kVtOffset;
       __syncwarp();  // the warp's copies (each lane waited for its own) are visible to all its lanes
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -397,14 +406,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
       };
       auto load_kv = [&](int n_tile, int stage, int box_block) {
         const int key0 = n_tile * kBlockN;
-        uint8_t* dst_k = sKV + (2 * stage) * kKvBytes;
+        uint8_t* dst_k = sKV + stage * kStageBytes;
         const int n_boxes = boxes_of(n_tile);
         const int row_gather = n_boxes * maps.box_rows;  // first row of the tile gathered with cp.async
         if (warp == 0 && maps.box_rows > 0) {
           // The barrier counts this arrival with maps whether or not the tile has a box.
           const uint32_t full = full_bar(stage);
           // Whole boxes of 64 dims: at head size 96 the second one's dims past 96 land as zeros.
-          if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * row_gather * Tr::kDimPad * 2));
+          if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(row_gather * (Tr::kDimPad + Tr::kDimVPad) * 2));
           if (lane < n_boxes) {
             const int key = key0 + lane * maps.box_rows;
             const int in_block = slot_of(key);
@@ -413,7 +422,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
 #pragma unroll
             for (int cb = 0; cb < Tr::kDimPad / 64; ++cb) {
               tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, box_block, full);
-              tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, box_block, full);
+              if (cb < Tr::kDimVPad / 64)
+                tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, box_block, full);
             }
           }
         }
@@ -430,7 +440,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
               (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
           uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
           cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-          cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
+          if (kChunksV == kChunks || chunk < kChunksV)
+            cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
         }
       };
       // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
@@ -452,7 +463,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
       // at or past seq_len).
       auto issue_fp8 = [&](int n_tile, int stage, int my_blk) {
         const int key0 = n_tile * kBlockN;
-        uint8_t* dst = sKV + (2 * stage) * kKvBytes;
+        uint8_t* dst = sKV + stage * kStageBytes;
         const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
         if constexpr (kFp8Mma) {
           uint8_t* vraw = dst + kKvBytes;
@@ -626,7 +637,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     // S = Q K^T of the tile in stage `stage`, issued (not waited for). k-step ks reads head dims
     // 16 ks ..: column block ks / 4 of each tile, 32-byte offset ks % 4 inside its swizzled rows.
     auto issue_qk = [&](float (&s)[Tr::kAccS], int stage) {
-      const Sw128Desc kd = (k_desc + (2 * stage) * kKvBytes).uniform();
+      const Sw128Desc kd = (k_desc + stage * kStageBytes).uniform();
       wgmma_fence();
       if constexpr (kFp8Mma) {
         // e4m3: 32 head dims (32 bytes of each 128-byte row) per k-step.
@@ -653,11 +664,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
       wgmma_fence();
       if constexpr (kFp8Mma) {
         // V^T is K-major, like K: the K descriptor's words, moved to the stage's V^T.
-        const Sw128Desc vd = (k_desc + ((2 * stage + 1) * kKvBytes + kVtOffset)).uniform();
+        const Sw128Desc vd = (k_desc + (stage * kStageBytes + kKvBytes + kVtOffset)).uniform();
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs_e4m3(acc_o, pa[kk], vd.at(kk * 32), 1);
       } else {
-        const Sw128Desc vd = (v_desc + (2 * stage) * kKvBytes).uniform();
+        const Sw128Desc vd = (v_desc + stage * kStageBytes).uniform();
 #pragma unroll
         for (int kk = 0; kk < kPvSteps; ++kk) wgmma_rs<MmaT>(acc_o, pa[kk], vd.at(kk * 16 * 128), 1);
       }
@@ -739,7 +750,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
     };
     auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
-      for (int d = 0; d < kHeadDim / 8; ++d) {
+      for (int d = 0; d < kHeadDimV / 8; ++d) {
         acc_o[4 * d] *= corr[0];
         acc_o[4 * d + 1] *= corr[0];
         acc_o[4 * d + 2] *= corr[1];
@@ -847,11 +858,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
       const int64_t tok = q_start + t;
       const int64_t row_index = tok * p.num_q_heads + head;
       if (!staged) {
-        // o_partial: [slots, num_tokens, num_q_heads, D] fp32; lse_partial: [slots, num_tokens, num_q_heads]
+        // o_partial: [slots, num_tokens, num_q_heads, Dv] fp32; lse_partial: [slots, num_tokens, num_q_heads]
         const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
-        float* dst = p.o_partial + prow_index * kHeadDim + 2 * tq;
+        float* dst = p.o_partial + prow_index * kHeadDimV + 2 * tq;
 #pragma unroll
-        for (int d = 0; d < kHeadDim / 8; ++d)
+        for (int d = 0; d < kHeadDimV / 8; ++d)
           *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
         if (tq == 0) p.lse_partial[prow_index] = lse;
       } else {
@@ -859,26 +870,26 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes>::kThread
         // chunk over all banks).
         const int srow = wg * 64 + warp * 16 + g + 8 * h;
 #pragma unroll
-        for (int d = 0; d < kHeadDim / 8; ++d)
+        for (int d = 0; d < kHeadDimV / 8; ++d)
           *reinterpret_cast<uint32_t*>(sQ + swizzled(srow, d, kQBlockBytes) + 4 * tq) =
               pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
         if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
       }
     }
     if (staged) {
-      // o: [num_tokens, num_q_heads, D] of the model dtype. Lane r < 16 finds where row r of the
+      // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
       // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.
       int64_t dst_row = -1;
       if (lane < 16) {
         const int prow = warp_row0 + lane;
         const int t = token_of(prow);
-        if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDim;
+        if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDimV;
       }
       __syncwarp();  // the warp's rows are in shared memory
       Element* o = static_cast<Element*>(p.o);
 #pragma unroll 4  // fully unrolled, head size 192 spilled (the loads ran ahead of the stores)
-      for (int i = 0; i < 16 * kChunks / 32; ++i) {
-        const int r = (i * 32 + lane) / kChunks, c = (i * 32 + lane) % kChunks;
+      for (int i = 0; i < 16 * kChunksV / 32; ++i) {
+        const int r = (i * 32 + lane) / kChunksV, c = (i * 32 + lane) % kChunksV;
         const int64_t row = __shfl_sync(0xffffffffu, dst_row, r);
         if (row >= 0) {
           const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
@@ -954,10 +965,10 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes>
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
-  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes>;
-  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes>;
+  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>;
+  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
@@ -982,8 +993,17 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kHeadDimV>
 void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream) {
+  if constexpr (kHeadDimV != kHeadDim) {
+    // qk 192 / v 128: prefills over a 16-bit cache only (the launcher checked).
+    (void)fp8;
+    (void)fp8_mma;
+    (void)decodes;
+    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDimV>(p, stream)
+         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDimV>(p, stream);
+    return;
+  }
   if constexpr (kHeadDim == 128) {
     if (fp8_mma) {
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, true, false, true, false>(p, stream)
@@ -1024,7 +1044,7 @@ bool sm90_prefill_compiled() {
 }
 
 #define ATTN_FA_SM90_INSTANTIATE_HEAD_SIZE(D)                                                  \
-  template void run_flash_fwd_sm90<D>(const FlashAttnParams&, bool, bool, bool, bool, cudaStream_t); \
+  template void run_flash_fwd_sm90<D, D>(const FlashAttnParams&, bool, bool, bool, bool, cudaStream_t); \
   template bool sm90_prefill_compiled<D>();
 
 }  // namespace attn::fa

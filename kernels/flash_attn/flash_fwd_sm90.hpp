@@ -17,8 +17,9 @@ bool sm90_prefill_compiled();
 // p.kv_fp8_e5m2), else the model dtype; fp8_mma (head size 128, an e4m3 cache, p.q_scale > 0): Q
 // K^T and P V on fp8 tensor cores; decodes: some sequence is decode-sized
 // (FlashAttnTiling::small_seqs), so its tile's second consumer has no rows and skips its products
-// (16-bit caches, head sizes but 192).
-template <int kHeadDim>
+// (16-bit caches, head sizes but 192). kHeadDimV: V's and O's head size, kHeadDim or 128 under 192
+// (qk 192 / v 128: prefills over a 16-bit cache; V's rows keep K's strides, dims past 128 unread).
+template <int kHeadDim, int kHeadDimV = kHeadDim>
 void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream);
 
 }  // namespace attn::fa

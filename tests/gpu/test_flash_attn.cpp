@@ -637,6 +637,17 @@ TEST(FlashAttnSelector, RejectsWithReasons) {
   s = make_spec(8, 2, 80);
   EXPECT_NE(backend->supports(s, b).reason.find("head size"), std::string::npos);
   EXPECT_TRUE(backend->supports(make_spec(8, 2, 128), b).ok);
+  // qk 192 / v 128 (the MLA prefill's attention): the sm_90a kernel only; other pairs never.
+  FlashAttnConfig c = make_flash_attn_config(make_spec(8, 8, 192));
+  c.head_size_v = 128;
+  const std::string why = flash_attn_unsupported_reason(c);
+  EXPECT_EQ(why.empty(), flash_attn_sm90_available(c)) << why;
+  if (!why.empty()) EXPECT_NE(why.find("sm_90a kernel only"), std::string::npos) << why;
+  c.kv_dtype = DType::fp8_e4m3;
+  EXPECT_FALSE(flash_attn_unsupported_reason(c).empty());
+  c = make_flash_attn_config(make_spec(8, 8, 128));
+  c.head_size_v = 64;
+  EXPECT_NE(flash_attn_unsupported_reason(c).find("head_size_v 64"), std::string::npos);
 }
 
 TEST(FlashAttnSelector, SplitRule) {

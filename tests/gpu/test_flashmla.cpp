@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -18,6 +19,16 @@
 
 namespace attn {
 namespace {
+
+// The MLA prefill's attention on the sm_90a kernel runs qk 192 / v 128 unless ATTN_FA_SM90_V128=0
+// (or ATTN_FA_SM90=0) pads V to 192.
+bool v128_expected() {
+  for (const char* name : {"ATTN_FA_SM90_V128", "ATTN_FA_SM90"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  }
+  return true;
+}
 
 AttentionSpec mla_spec(int heads, DType dtype = DType::bf16) {
   AttentionSpec s;
@@ -224,8 +235,14 @@ TEST(FlashMlaGpu, PrefillDeepseekShape) {
   const Outcome r = run_case(make(mla_spec(16), {{192, 64}, {128, 1}, {64, 48}, {128, 1}}), 0);
   EXPECT_VALID(r);
   EXPECT_NE(r.plan.find("prefills=2 context_chunks=1"), std::string::npos) << r.plan;
-  // Both prefills are longer than a decode tile: the head-size-192 attention runs on sm_90a.
-  if (testing::sm90_device()) EXPECT_NE(r.plan.find("attn_kernel=wgmma"), std::string::npos) << r.plan;
+  // Both prefills are longer than a decode tile: the head-size-192 attention runs on sm_90a, as
+  // qk 192 / v 128 (V and O 128 wide) unless ATTN_FA_SM90_V128=0 pads V to 192.
+  if (testing::sm90_device()) {
+    EXPECT_NE(r.plan.find("attn_kernel=wgmma"), std::string::npos) << r.plan;
+    EXPECT_NE(r.plan.find(v128_expected() ? " v=128" : " v=192"), std::string::npos) << r.plan;
+  } else {
+    EXPECT_NE(r.plan.find(" v=192"), std::string::npos) << r.plan;
+  }
 }
 
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
@@ -237,6 +254,8 @@ TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
   const Outcome r = run_case(make(mla_spec(16), {{200, 70}, {64, 33}, {0, 17}, {5, 1}, {130, 3}}), 0, o);
   EXPECT_VALID(r);
   EXPECT_NE(r.plan.find("context_chunks=4 chunk=64"), std::string::npos) << r.plan;
+  // The passes' 128-wide partials merged by LSE on the sm_90a kernel.
+  if (testing::sm90_device()) EXPECT_NE(r.plan.find(v128_expected() ? " v=128" : " v=192"), std::string::npos) << r.plan;
 }
 
 TEST(FlashMlaGpu, Prefill128HeadsNoContext) {

@@ -20,9 +20,18 @@ using flashmla::upload;
 
 constexpr int kQk = 192, kNope = 128, kV = 128, kRank = 512, kLatent = 576;
 
-FlashAttnConfig attention_config(const AttentionSpec& spec) {
+FlashAttnConfig attention_config(const AttentionSpec& spec, int dv) {
   const int H = spec.num_q_heads;
-  return FlashAttnConfig{H, H, kQk, kQk, spec.dtype, spec.dtype, MlaPrefillPlan::kDenseBlock, KvLayout::NHD, false};
+  return FlashAttnConfig{H, H, kQk, dv, spec.dtype, spec.dtype, MlaPrefillPlan::kDenseBlock, KvLayout::NHD, false};
+}
+
+// V's width: 128 where the sm_90a kernel runs qk 192 / v 128 for these prefills, else 192 (the
+// mma.sync kernel takes one head size; V zero-padded).
+int attention_v_dim(const AttentionSpec& spec, const std::vector<int32_t>& q_lens) {
+  const FlashAttnConfig c = attention_config(spec, kV);
+  if (!flash_attn_unsupported_reason(c).empty()) return kQk;
+  const FlashAttnTiling t = flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_passes(c));
+  return flash_attn_uses_sm90(c, t) ? kV : kQk;
 }
 
 
@@ -31,8 +40,9 @@ FlashAttnConfig attention_config(const AttentionSpec& spec) {
 MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_lens,
                        const std::vector<int32_t>& context_lens, int workspace_tokens, cudaStream_t stream)
     : spec_(spec),
+      dv_(attention_v_dim(spec, q_lens)),
       // The FLASH_ATTN planner's tiling of these prefills (one query head per kv head).
-      tiling_(flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_passes(attention_config(spec)))),
+      tiling_(flash_attn_pass_tiling(q_lens, 1, kQk, flash_attn_sm90_passes(attention_config(spec, dv_)))),
       plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
@@ -44,20 +54,23 @@ MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_
   latent_ = DeviceBuffer(rows * kLatent * es);
   k_ = DeviceBuffer(rows * H * kQk * es);
   v_ = DeviceBuffer(rows * H * kQk * es);
-  v_.memset_async(0, stream);  // dims 128..191 of V: the zero padding, never written again
+  // Dims 128..191 of V: the zero padding, never written again (unread by qk 192 / v 128, but a
+  // defined value all the same).
+  v_.memset_async(0, stream);
   const int64_t out_rows = std::max(plan_.num_tokens, 1) * int64_t{H};
   const int slots = std::min<int>(3, static_cast<int>(plan_.passes.size()));
   if (slots >= 2) {
-    o_slots_ = DeviceBuffer(slots * out_rows * kQk * sizeof(float));
+    o_slots_ = DeviceBuffer(slots * out_rows * dv_ * sizeof(float));
     lse_slots_ = DeviceBuffer(slots * out_rows * sizeof(float));
   }
-  o_full_ = DeviceBuffer(out_rows * kQk * es);
+  if (dv_ != kV) o_full_ = DeviceBuffer(out_rows * kQk * es);
 }
 
 std::string MlaPrefill::summary() const {
   std::string s = fmt::format("prefills={} context_chunks={}", plan_.num_prefills, plan_.num_chunks);
   if (plan_.num_chunks > 0) s += fmt::format(" chunk={}", plan_.chunk);
-  s += flash_attn_uses_sm90(attention_config(spec_), tiling_) ? " attn_kernel=wgmma" : " attn_kernel=mma.sync";
+  s += flash_attn_uses_sm90(attention_config(spec_, dv_), tiling_) ? " attn_kernel=wgmma" : " attn_kernel=mma.sync";
+  s += fmt::format(" v={}", dv_);
   return s;
 }
 
@@ -66,7 +79,8 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
   const int H = spec_.num_q_heads, T = plan_.num_tokens;
   const int64_t out_rows = int64_t{T} * H;
   const cudaDataType_t dt = spec_.dtype == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
-  const FlashAttnConfig config = attention_config(spec_);
+  const FlashAttnConfig config = attention_config(spec_, dv_);
+  void* o_attn = dv_ == kV ? in.o : o_full_.data();  // the output of the last pass or merge
   const int num_passes = static_cast<int>(plan_.passes.size());
   int acc = -1;  // slot of the running state (0 or 2); pass outputs go to slot 0 first, then 1
 
@@ -113,7 +127,7 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
     p.seq_lens = pb.key_count.as<int32_t>();
     p.query_start_loc = query_start_.as<int32_t>();
     p.tiles = tiles_.as<int32_t>();
-    p.o = o_full_.data();
+    p.o = o_attn;
     p.lse = single ? in.lse : nullptr;
     p.lse_token_stride = H;
     p.lse_head_stride = 1;
@@ -144,20 +158,21 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
     const bool last = pi == num_passes - 1;
     const int base = acc == 0 ? 0 : 1;
     MergeAttnParams mp{};
-    mp.o_partial = o_slots_.as<float>() + base * out_rows * kQk;
+    mp.o_partial = o_slots_.as<float>() + base * out_rows * dv_;
     mp.lse_partial = lse_slots_.as<float>() + base * out_rows;
     const int next = acc == 0 ? 2 : 0;
-    mp.o = last ? o_full_.data() : static_cast<void*>(o_slots_.as<float>() + next * out_rows * kQk);
+    mp.o = last ? o_attn : static_cast<void*>(o_slots_.as<float>() + next * out_rows * dv_);
     mp.lse = last ? in.lse : lse_slots_.as<float>() + next * out_rows;
     mp.lse_token_stride = H;
     mp.lse_head_stride = 1;
     mp.num_partials = 2;
     mp.num_tokens = T;
     mp.num_heads = H;
-    mp.head_size = kQk;
+    mp.head_size = dv_;
     launch_merge_attn_states(mp, last ? spec_.dtype : DType::f32, stream);
     acc = next;
   }
+  if (dv_ == kV) return;
   // o = the first 128 of the 192 columns (the rest is the zero V padding).
   const std::size_t es = dtype_size(spec_.dtype);
   ATTN_CUDA_CHECK(cudaMemcpy2DAsync(in.o, kV * es, o_full_.data(), kQk * es, kV * es, static_cast<std::size_t>(out_rows),

@@ -3,10 +3,12 @@
 // plain MHA with qk 192 / v 128 over up-projected keys. The cached context is processed in
 // chunks of a fixed workspace: gather kv_c ‖ k_pe of every prefill's chunk from the paged cache,
 // up-project (k_nope = kv_c · W_UK[h], v = kv_c · W_UV[h], two cuBLAS batched GEMMs), run the
-// FLASH_ATTN kernel non-causally over the dense K/V (identity block table, V zero-padded to
-// 192), and merge the chunk into the running state by LSE (merge_attn_states). The new tokens
-// then attend causally to themselves the same way, and the merged 192-wide output is sliced
-// to 128. CUDA builds only.
+// FLASH_ATTN kernel non-causally over the dense K/V (identity block table), and merge the chunk
+// into the running state by LSE (merge_attn_states). The new tokens then attend causally to
+// themselves the same way. On the sm_90a kernel the attention is qk 192 / v 128 and writes the
+// 128-wide output itself; the mma.sync kernel (one head size for both) takes V zero-padded to 192
+// and its merged 192-wide output is sliced to 128. V's rows are 192 wide either way (K's strides).
+// CUDA builds only.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -45,6 +47,7 @@ class MlaPrefill {
 
  private:
   AttentionSpec spec_;
+  int dv_;                  // V and O width of the attention: 128 (sm_90a kernel) or 192 (V padded)
   FlashAttnTiling tiling_;  // of the FA hd192 kernel for the longest prefill
   MlaPrefillPlan plan_;
   struct PassBuffers {
@@ -54,9 +57,9 @@ class MlaPrefill {
   DeviceBuffer query_start_, tiles_;
   DeviceBuffer latent_;    // [max_dense_rows, 576]
   DeviceBuffer k_, v_;     // [max_dense_rows, H, 192]; v's dims 128..191 stay zero
-  DeviceBuffer o_slots_;   // [3, num_tokens, H, 192] fp32: running state / pass output / next state
+  DeviceBuffer o_slots_;   // [3, num_tokens, H, dv_] fp32: running state / pass output / next state
   DeviceBuffer lse_slots_; // [3, num_tokens, H]
-  DeviceBuffer o_full_;    // [num_tokens, H, 192] model dtype
+  DeviceBuffer o_full_;    // [num_tokens, H, 192] model dtype (dv_ = 192 only)
 };
 
 }  // namespace attn
