@@ -95,7 +95,7 @@ constexpr bool kPersistent = kHeadDim != 256;
 // Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
 constexpr int kBarQ = 1, kBarTurn = 2;
 
-template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_>
+template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_, int kKeys = 0>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
   // V's head size: kHeadDim, or 128 under head size 192 (the MLA prefill's qk 192 / v 128).
@@ -108,7 +108,8 @@ struct Sm90Traits {
   // per thread: 64 at 192 (stages of 48 KB), and at 256 80 for prefills over a 16-bit cache (two
   // stages of 80 KB: with two of 64 KB the consumers waited for a full stage 12 % of the time,
   // ncu), 64 over fp8 (its consumers have 216 registers) and for decode launches.
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim == 256 && !kFp8 && !kDecodes ? 80 : 64;
+  // kKeys: a launch's choice where the rule has two (qk 192 / v 128: see run_flash_fwd_sm90).
+  static constexpr int kBlockN = kKeys > 0 ? kKeys : kHeadDim <= 128 ? 128 : kHeadDim == 256 && !kFp8 && !kDecodes ? 80 : 64;
   static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128 && !kFp8 && !kDecodes),
                 "V narrower than Q K^T: qk 192 / v 128 prefills over a 16-bit cache");
   // Dims of a tile in shared memory and of P V's N: whole 64-column blocks (96 -> 128, see above).
@@ -123,8 +124,9 @@ struct Sm90Traits {
   static constexpr int kVBytes = kKvBlockBytes * kDimVPad / 64;
   static constexpr int kStageBytes = kKvBytes + kVBytes;           // K, then V at kKvBytes
   // Ring depth: what fits beside Q. Head size 64 computes half as long per tile, so it keeps more
-  // tiles in flight (5 stages of 32 KB); qk 192 / v 128 has four stages of 40 KB beside its 48 KB Q.
-  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? 4 : kHeadDim <= 192 ? 3 : 2;
+  // tiles in flight (5 stages of 32 KB); qk 192 / v 128 has four stages of 40 KB (64 keys) or two
+  // of 80 KB (128 keys) beside its 48 KB Q.
+  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? (kBlockN == 128 ? 2 : 4) : kHeadDim <= 192 ? 3 : 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
   // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
@@ -176,8 +178,9 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // consumer whose 64 rows are all past its item's query skips its products. A separate instantiation:
 // the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
 // registers moved), so prefill launches keep the kernel without it.
-template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim>
-__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>::kThreads), 1)
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
+          int kKeys = 0>
+__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
 #if defined(ATTN_SM90A_DEVICE)
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
   // second consumer loop spilled 20 bytes (its consumers have no register to spare).
   static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
-  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>;
+  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
@@ -965,10 +968,11 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
-template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim>
+template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
+          int kKeys = 0>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
-  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV>;
-  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV>;
+  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>;
+  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
@@ -996,12 +1000,24 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
 template <int kHeadDim, int kHeadDimV>
 void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_mma, bool decodes, cudaStream_t stream) {
   if constexpr (kHeadDimV != kHeadDim) {
-    // qk 192 / v 128: prefills over a 16-bit cache only (the launcher checked).
+    // qk 192 / v 128: prefills over a 16-bit cache only (the launcher checked). Two 128-key stages
+    // where at least two CTAs per kv head run at once, which then share its K and V through L2;
+    // four 64-key stages where each CTA streams a head of its own from DRAM and needs more tiles
+    // in flight (MLA prefill 4 x 4k on 8k: 16 heads 1.16 x faster on 128 keys, 128 heads 0.92 x;
+    // docs/PERF_NOTES.md Version 32).
     (void)fp8;
     (void)fp8_mma;
     (void)decodes;
-    fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDimV>(p, stream)
-         : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDimV>(p, stream);
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (2 * static_cast<int64_t>(p.num_kv_heads) * p.num_splits <= sms) {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDimV, 128>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDimV, 128>(p, stream);
+    } else {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDimV, 64>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDimV, 64>(p, stream);
+    }
     return;
   }
   if constexpr (kHeadDim == 128) {
