@@ -177,11 +177,10 @@ TEST(FlashAttnGpu, SplitKvForFewLongDecodes) {
   EXPECT_NE(u.plan.find("splits=1 "), std::string::npos) << u.plan;
 }
 
-// On sm_90 the decode tiling's splits of a tile run as one thread block cluster and merge in the
-// first CTA's shared memory (no partials, no merge kernel) where their slots fit past the epilogue:
-// up to 8 at head size 128, 3 at 64. Splits with no keys of a short sequence (LSE -inf), the sink
-// counted by split 0 only, 2-token decodes; the fp8 decode tiling (no room: its splits keep the
-// partials and the merge kernel) beside them.
+// On sm_90 the decode tiling's two splits of a tile run as one thread block cluster and merge in
+// the first CTA's shared memory (no partials, no merge kernel). A split with no keys of a short
+// sequence (LSE -inf), the sink counted by split 0 only, 2-token decodes, head size 64; beside
+// them four splits and the fp8 decode tiling (no room), which keep the partials and the merge kernel.
 TEST(FlashAttnGpu, SplitKvMergedInClusters) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const char* env = std::getenv("ATTN_FA_CLUSTER_MERGE");
@@ -189,17 +188,21 @@ TEST(FlashAttnGpu, SplitKvMergedInClusters) {
   Case two{make_spec(32, 8, 128)};
   two.spec.sinks = true;
   for (int i = 0; i < 16; ++i) two.requests.push_back({4000 - 61 * i, 2});
-  Case empty_splits{make_spec(8, 1, 128)};
+  Case empty_splits{make_spec(8, 1, 128)};  // 600 keys: 2 splits; 20 keys: the second one empty
   empty_splits.spec.sinks = true;
-  empty_splits.requests = {{1700, 1}, {20, 1}, {700, 1}, {0, 1}};
+  empty_splits.requests = {{600, 1}, {20, 1}, {0, 1}};
+  Case four{make_spec(8, 1, 128)};  // 1100 keys: 4 splits
+  four.spec.sinks = true;
+  four.requests = {{1100, 1}, {700, 1}, {30, 1}};
   Case hd64{make_spec(8, 2, 64, DType::f16)};
-  hd64.requests = {{1000, 1}, {300, 1}};
+  hd64.requests = {{520, 1}, {300, 1}};
   Case fp8{make_spec(16, 4, 128)};
   fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
   fp8.spec.k_scale = 0.0125f;
   fp8.spec.v_scale = 0.02f;
   fp8.requests = {{1200, 1}, {900, 2}};
-  for (const auto& [c, clusters] : {std::pair{&two, true}, {&empty_splits, true}, {&hd64, true}, {&fp8, false}}) {
+  for (const auto& [c, clusters] :
+       {std::pair{&two, true}, {&empty_splits, true}, {&four, false}, {&hd64, true}, {&fp8, false}}) {
     const Outcome r = run_case(*c);
     EXPECT_VALID(r);
     EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
