@@ -82,10 +82,10 @@ FlashAttnTiling tiling_of(int max_packed_rows) {
   return {false, Prefill::kBlockM, Prefill::kBlockN, Decode::kBlockM};
 }
 
-// An A/B switch of the environment, read once per process by its caller: on unless set to "0".
 // The MLA prefill's attention: Q K^T over 192 dims, V and O of 128 (sm_90a kernel only).
 bool qk192_v128(const FlashAttnConfig& c) { return c.head_size_qk == 192 && c.head_size_v == 128; }
 
+// An A/B switch of the environment, read once per process by its caller: on unless set to "0".
 bool switch_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;

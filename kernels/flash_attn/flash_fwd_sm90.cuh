@@ -13,13 +13,14 @@
 // K and V holds dims 64..95 and 32 unused ones. Q K^T takes only the 6 k-steps of real dims; P V
 // runs as m64n128 and its last 32 output columns, whatever V's unused dims hold, are never stored.
 // The copies write only real dims (bulk copies: the box's dims past 96 are out of the tensor and
-// land as zeros). A quarter more P V work than the head size needs (FlashAttention-3 takes a 64-byte
+// land as zeros). A third more P V work than the head size needs (FlashAttention-3 takes a 64-byte
 // swizzle at this head size instead).
 //
 // A CTA is three warpgroups (four for head size 64 prefills), specialised. Warpgroup 0 is the
 // producer: it fills a ring of K/V tiles of B = 128 keys (64 at head size 192; at 256, 80 for
-// prefills over a 16-bit cache and 64 otherwise; five stages at head size 64, three at 128 and 192,
-// two at 256) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of
+// prefills over a 16-bit cache and 64 otherwise; five stages at head size 64, three at 96, 128 and
+// 192, two at 256; qk 192 / v 128, the MLA prefill's, two of 128 or four of 64 as the launch
+// chooses, V's tile 128 dims wide) in the 128-byte-swizzled layout the matrix descriptors name. A tile is whole boxes of
 // gcd(block size, B) slots, none crossing a page, so each box below seq_len arrives as bulk tensor
 // copies (64 dims x the box's slots per 64 dims, lane b of producer warp 0 issuing those of box b);
 // the rows of the box that reaches seq_len are gathered with 16-byte cp.async, zero past seq_len.
