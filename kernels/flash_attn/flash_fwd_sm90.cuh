@@ -968,6 +968,14 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
   return m;
 }
 
+// SMs of the current device (the persistent grid's size, and qk 192 / v 128's choice of stages).
+inline int current_sm_count() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
           int kKeys = 0>
@@ -980,12 +988,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   // One persistent CTA per SM (at most one per work item), or one CTA per item.
   const int64_t work = static_cast<int64_t>(p.num_tiles) * p.num_kv_heads * p.num_splits;
   int64_t ctas = work;
-  if constexpr (sm90::kPersistent<kHeadDim>) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    ctas = std::min<int64_t>(work, std::max(sms, 1));
-  }
+  if constexpr (sm90::kPersistent<kHeadDim>) ctas = std::min<int64_t>(work, std::max(current_sm_count(), 1));
   const dim3 grid(static_cast<unsigned>(ctas));
   // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
   const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
@@ -1009,10 +1012,7 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
     (void)fp8;
     (void)fp8_mma;
     (void)decodes;
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (2 * static_cast<int64_t>(p.num_kv_heads) * p.num_splits <= sms) {
+    if (2 * static_cast<int64_t>(p.num_kv_heads) * p.num_splits <= current_sm_count()) {
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDimV, 128>(p, stream)
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDimV, 128>(p, stream);
     } else {
