@@ -640,6 +640,10 @@ TEST(FlashAttnSelector, RejectsWithReasons) {
   s = make_spec(8, 2, 80);
   EXPECT_NE(backend->supports(s, b).reason.find("head size"), std::string::npos);
   EXPECT_TRUE(backend->supports(make_spec(8, 2, 128), b).ok);
+  // The backend takes one head size for Q.K and V, on any device.
+  s = make_spec(8, 8, 192);
+  s.head_size_v = 128;
+  EXPECT_NE(backend->supports(s, b).reason.find("one head size"), std::string::npos);
   // qk 192 / v 128 (the MLA prefill's attention): the sm_90a kernel only; other pairs never.
   FlashAttnConfig c = make_flash_attn_config(make_spec(8, 8, 192));
   c.head_size_v = 128;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <limits>
 
 #include "backends/flash_attn/flash_attn_plan.hpp"
@@ -269,19 +270,27 @@ class FlashAttnBackend final : public Backend {
         "split-KV (FlashDecoding) with LSE merge; cascade prefix + suffix + merge_attn_states",
     };
   }
+  // The kernels' reason, and one head size for Q.K and V: the kernels take qk 192 / v 128 only
+  // in the sm_90a kernel's tiles (the MLA prefill's), which a pass with decodes may not get.
+  static std::string unsupported_reason(const AttentionSpec& spec) {
+    if (!spec.use_mla && spec.head_size_qk != spec.head_size_v)  // MLA: the kernels' reason names FLASHMLA
+      return "head_size_qk " + std::to_string(spec.head_size_qk) + " != head_size_v " + std::to_string(spec.head_size_v) +
+             ": FLASH_ATTN takes one head size for Q.K and V (give [model] head_size)";
+    return flash_attn_unsupported_reason(make_flash_attn_config(spec));
+  }
   Support available() const override {
     std::string why;
     if (!cuda_device_present(&why)) return Support::no(why);
     return Support::yes();
   }
   Support supports(const AttentionSpec& spec, const Batch& /*batch*/) const override {
-    const std::string why = flash_attn_unsupported_reason(make_flash_attn_config(spec));
+    const std::string why = unsupported_reason(spec);
     if (!why.empty()) return Support::no(why);
     return Support::yes();
   }
   std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
                                           const RunOptions& opts) const override {
-    const std::string why = flash_attn_unsupported_reason(make_flash_attn_config(batch.spec));
+    const std::string why = unsupported_reason(batch.spec);
     if (!why.empty()) throw RuntimeError("FLASH_ATTN cannot run this batch: " + why);
     return std::make_unique<FlashAttnInstance>(batch, m, opts);
   }
