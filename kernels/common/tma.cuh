@@ -35,7 +35,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// True in exactly one active lane of the warp (all lanes must take part). Copies issued under it
+// from warp-uniform operands compile to one UTMALDG each; issued from per-lane operands, a copy
+// becomes a loop over the active lanes.
+__device__ __forceinline__ bool elect_one_sync() {
+  uint32_t pred = 0;
+  asm volatile(
+      "{\n.reg .pred P;\nelect.sync _|P, 0xffffffff;\nselp.b32 %0, 1, 0, P;\n}\n"
+      : "=r"(pred));
+  return pred != 0;
+}
 #else
+__device__ __forceinline__ bool elect_one_sync() { return (threadIdx.x & 31) == 0; }
 __device__ __forceinline__ void tma_load_4d(uint32_t, const CUtensorMap*, int, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}

@@ -267,6 +267,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     bool cache_written = false;  // pdl_wait_for_producer returned
+    // Boxes per tile by a shift where the box is a power of two slots (a division costs the
+    // producer ~25 instructions per tile and warp).
+    const int box_shift = maps.box_rows > 0 && (maps.box_rows & (maps.box_rows - 1)) == 0 ? __ffs(maps.box_rows) - 1 : -1;
     // fp8 cache: producer thread t owns the 16-byte code chunks t, t + 128, ... of every tile's K
     // and V (row-major, kChunks8 per row), so that a warp's copy reads whole 128-byte row segments.
     // The codes land by cp.async inside the bytes that their own row's fp16 widening takes in the
@@ -404,18 +407,18 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       // hides the load: one thread reading them in turn would wait for each behind the copies it
       // issued (their asm is a compiler barrier), a load latency per page.
       auto boxes_of = [&](int n_tile) {
-        return maps.box_rows > 0 ? max(0, min(kBlockN, seq_len - n_tile * kBlockN)) / maps.box_rows : 0;
+        const int rows = max(0, min(kBlockN, seq_len - n_tile * kBlockN));
+        return maps.box_rows <= 0 ? 0 : box_shift >= 0 ? rows >> box_shift : rows / maps.box_rows;
       };
       const int my_box = lane * 4 + warp;
-      auto fetch_box_block = [&](int n_tile) {
+      auto fetch_box_block = [&](int n_tile, int n_boxes) {
         int blk = 0, slot;
-        if (my_box < boxes_of(n_tile)) page_of(n_tile * kBlockN + my_box * maps.box_rows, blk, slot);
+        if (my_box < n_boxes) page_of(n_tile * kBlockN + my_box * maps.box_rows, blk, slot);
         return blk;
       };
-      auto load_kv = [&](int n_tile, int stage, int box_block) {
+      auto load_kv = [&](int n_tile, int stage, int box_block, int n_boxes) {
         const int key0 = n_tile * kBlockN;
         uint8_t* dst_k = sKV + stage * kStageBytes;
-        const int n_boxes = boxes_of(n_tile);
         const int row_gather = n_boxes * maps.box_rows;  // first row of the tile gathered with cp.async
         if (maps.box_rows > 0) {
           // The barrier counts this arrival with maps whether or not the tile has a box. Copies
@@ -424,16 +427,27 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           const uint32_t full = full_bar(stage);
           // Whole boxes of 64 dims: at head size 96 the second one's dims past 96 land as zeros.
           if (ctid == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(row_gather * (Tr::kDimPad + Tr::kDimVPad) * 2));
-          if (my_box < n_boxes) {
-            const int key = key0 + my_box * maps.box_rows;
-            const int in_block = slot_of(key);
-            const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
-            const uint32_t dk = smem_u32(dst_k) + my_box * maps.box_rows * 128;
+          // The warp's boxes are warp + 4 i (lane i holds the block of box warp + 4 i). Each is
+          // issued by one elected lane from operands the compiler knows to be warp-uniform (the
+          // warp index and the block shuffled from lane i), so no copy needs a loop over lanes.
+          const int uwarp = __shfl_sync(0xffffffffu, warp, 0);
 #pragma unroll
-            for (int cb = 0; cb < Tr::kDimPad / 64; ++cb) {
-              tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, box_block, full);
-              if (cb < Tr::kDimVPad / 64)
-                tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, box_block, full);
+          for (int i = 0; i < (kBlockN / 16 + 3) / 4; ++i) {
+            const int b = uwarp + 4 * i;
+            if (b < n_boxes) {
+              const int blk = __shfl_sync(0xffffffffu, box_block, i);
+              const int key = key0 + b * maps.box_rows;
+              const int in_block = slot_of(key);
+              const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
+              const uint32_t dk = smem_u32(dst_k) + b * maps.box_rows * 128;
+              if (elect_one_sync()) {
+#pragma unroll
+                for (int cb = 0; cb < Tr::kDimPad / 64; ++cb) {
+                  tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, blk, full);
+                  if (cb < Tr::kDimVPad / 64)
+                    tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, blk, full);
+                }
+              }
             }
           }
         }
@@ -524,7 +538,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           pdl_wait_for_producer();
           cache_written = true;
         }
-        const int box_block = fetch_box_block(n_begin + t);
+        const int n_boxes = boxes_of(n_begin + t);
+        const int box_block = fetch_box_block(n_begin + t, n_boxes);
         const int blk8 = kFp8 ? fp8_page(n_begin + t) : 0;
         if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
         if constexpr (kFp8) {
@@ -538,7 +553,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
             ++widened;
           }
         } else {
-          load_kv(n_begin + t, stage, box_block);
+          load_kv(n_begin + t, stage, box_block, n_boxes);
           cp_async_mbar_arrive(full_bar(stage));
         }
       }
