@@ -71,6 +71,14 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments in registers (P of an RS product), live until the product completes.
+template <int M, int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
 
 // The m64nNk16 instructions (N / 2 fp32 accumulators per thread), A from shared memory (SS:
 // N = 32, 64, 80, 128 with K-major B; 256 with N-major B) or registers (RS: N = 64, 128, 192, 256).

@@ -74,13 +74,22 @@ namespace attn::fa::sm90 {
 // (sm90_block_m in flash_attn_launch.hpp, which says why head size 64 prefills take three).
 template <int kHeadDim, bool kDecodes>
 constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
+// FlashAttention-3's intra-warpgroup overlap: each consumer issues Q K^T of key tile t together
+// with P V of tile t - 1 and runs the softmax of tile t under that P V. Without it a consumer's
+// tile is strictly Q K^T, wait, softmax, P V, wait, and only the other consumers' products fill
+// the tensor cores while it computes. The ring's slot u carries V of tile u - 1 beside K of tile u,
+// so a turn reads one slot and frees it whole (Versions 12 and 19 held two stages per consumer, or
+// split each stage's barriers, and lost more than the overlap gave). Prefill launches of a 16-bit
+// cache at head size 128 (qk and v): the live S, P and O fit its 232 consumer registers.
+template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
+constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDim == 128 && kHeadDimV == 128;
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
 // setmaxnreg.inc wait forever). 16-bit caches: 40 + 232 (two consumers) or 40 + 152 (three). An
 // fp8 cache's producer holds block-table entries, copy addresses and codes being widened: 88 at
 // head sizes 96, 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
-// below 216).
+// below 216). The overlapped schedule (kOverlap) keeps 40 + 232: its consumers hold S, P and O.
 template <int kHeadDim, bool kFp8>
 constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
 template <int kHeadDim, bool kFp8, int kNumConsumers>
@@ -377,97 +386,120 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         widen_fp8(stage);
       }
     };
+    // A tile is whole boxes of box_rows slots of one page each, so with maps, every box below
+    // seq_len is one bulk copy per 64 dims of K and of V: the copy engine does the address
+    // arithmetic that costs the gather its issue slots. The rows from the first box reaching
+    // seq_len on (the last tile of a sequence) are gathered with 16-byte cp.async by all producer
+    // threads, and keys at or past seq_len are zero-filled (never read from the cache: page tails
+    // may hold NaN, and P = 0 times NaN is NaN).
+    const int bs = p.block_size;
+    const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    // Key -> its slot in its block, and (physical block, slot) through the sequence's block-table
+    // row (p.block_table + row).
+    auto slot_of = [&](int key) { return bs_shift >= 0 ? key & (bs - 1) : key % bs; };
+    auto page_of = [&](int row, int key, int& blk, int& slot) {
+      const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
+      blk = p.block_table[row + blk_idx];
+      slot = key - blk_idx * bs;
+    };
+    // Where one key tile's K and V rows come from. The overlapped schedule (kOverlap) puts V of
+    // the CTA's tile u - 1 beside K of tile u in slot u, so the source of a V may be the last
+    // item's: it travels in one of these (ints: the producer has 40 registers).
+    struct TileSrc {
+      int row;  // the sequence's first block-table entry: p.block_table + row
+      int kvh, seq_len, n_tile;
+      int box_block;  // lane i of producer warp w: the physical block of box w + 4 i
+    };
+    // Boxes of a tile that go through the copy engine: at most kBlockN / 16 (a block size is a
+    // multiple of 16). Box b belongs to lane b / 4 of producer warp b % 4: a bulk copy's operands
+    // are uniform registers, so one warp issuing a tile's copies (4 per box at head size 128) for
+    // its lanes holding different coordinates issues them one lane at a time; four warps take a
+    // quarter of that, which shortens a stage's trip from its release to its refill.
+    auto boxes_of = [&](const TileSrc& t) {
+      const int rows = max(0, min(kBlockN, t.seq_len - t.n_tile * kBlockN));
+      return maps.box_rows <= 0 ? 0 : box_shift >= 0 ? rows >> box_shift : rows / maps.box_rows;
+    };
+    // The source of tile n_tile of `item`. The lanes read their boxes' block-table entries at once,
+    // before the producer waits for the stage, so the wait hides the load: one thread reading them
+    // in turn would wait for each behind the copies it issued (their asm is a compiler barrier).
+    auto src_of = [&](const Item& item, int row, int n_tile) {
+      TileSrc t{row, item.kvh, item.seq_len, n_tile, 0};
+      const int my_box = lane * 4 + warp;
+      if (my_box < boxes_of(t)) {
+        int slot;
+        page_of(row, n_tile * kBlockN + my_box * maps.box_rows, t.box_block, slot);
+      }
+      return t;
+    };
+    // Bytes the bulk copies of K (is_v false) or V of t bring: whole boxes of 64 dims (at head
+    // size 96 the second one's dims past 96 land as zeros).
+    auto bulk_bytes = [&](const TileSrc& t, bool is_v) {
+      return static_cast<uint32_t>(boxes_of(t) * maps.box_rows * (is_v ? Tr::kDimVPad : Tr::kDimPad) * 2);
+    };
+    // K (is_v false) or V of t into its part of stage `stage` (V kKvBytes after K).
+    auto load_half = [&](const TileSrc& t, bool is_v, int stage) {
+      const int key0 = t.n_tile * kBlockN;
+      const uint32_t full = full_bar(stage);
+      uint8_t* dst = sKV + stage * kStageBytes + (is_v ? kKvBytes : 0);
+      const CUtensorMap* map = is_v ? &maps.v : &maps.k;
+      const int n_boxes = boxes_of(t);
+      // The warp's boxes are warp + 4 i (lane i holds the block of box warp + 4 i). Each is
+      // issued by one elected lane from operands the compiler knows to be warp-uniform (the warp
+      // index and the block shuffled from lane i), so no copy needs a loop over lanes.
+      const int uwarp = __shfl_sync(0xffffffffu, warp, 0);
+#pragma unroll
+      for (int i = 0; i < (kBlockN / 16 + 3) / 4; ++i) {
+        const int b = uwarp + 4 * i;
+        if (b < n_boxes) {
+          const int blk = __shfl_sync(0xffffffffu, t.box_block, i);
+          const int in_block = slot_of(key0 + b * maps.box_rows);
+          const int c1 = maps.slot_inner ? in_block : t.kvh, c2 = maps.slot_inner ? t.kvh : in_block;
+          const uint32_t d = smem_u32(dst) + b * maps.box_rows * 128;
+          if (elect_one_sync()) {
+#pragma unroll
+            for (int cb = 0; cb < (is_v ? Tr::kDimVPad : Tr::kDimPad) / 64; ++cb)
+              tma_load_4d(d + cb * kKvBlockBytes, map, cb * 64, c1, c2, blk, full);
+          }
+        }
+      }
+      const int chunks = is_v ? kChunksV : kChunks;
+      const uint8_t* cache = static_cast<const uint8_t*>(is_v ? p.v_cache : p.k_cache) +
+                             static_cast<int64_t>(t.kvh) * p.kv_head_stride * 2;
+#pragma unroll 4
+      for (int idx = n_boxes * maps.box_rows * chunks + ctid; idx < kBlockN * chunks; idx += 128) {
+        // Chunk idx of the tile, row-major (a fixed column when chunks divides 128).
+        const int r = idx / chunks, chunk = idx % chunks;
+        const int key = key0 + r;
+        const bool valid = key < t.seq_len;
+        int blk, slot;
+        page_of(t.row, valid ? key : 0, blk, slot);
+        const int64_t off = (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + chunk * 16;
+        cp_async_16(dst + swizzled(r, chunk, kKvBlockBytes), cache + off, valid);
+      }
+    };
+    // Slot u once the consumers freed it (its (u / kStages)-th use): V of v (with_v) and K of k
+    // (with_k). The copies complete the stage's "full" barrier by themselves (bulk copies by their
+    // bytes, announced by one thread's arrival whether or not there are any; cp.async by an
+    // arrival of each producer thread once its copies landed), so the producer never waits for its
+    // own copies: every free stage is a tile in flight. Copies of other warps may complete bytes
+    // before the announcing arrival: the transaction count may run below zero, and the phase
+    // completes once both the arrivals and the count are done.
+    auto fill_slot = [&](int u, const TileSrc& v, bool with_v, const TileSrc& k, bool with_k) {
+      const int stage = u % kStages;
+      if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
+      if (ctid == 0 && maps.box_rows > 0)
+        mbar_arrive_expect_tx(full_bar(stage), (with_v ? bulk_bytes(v, true) : 0u) + (with_k ? bulk_bytes(k, false) : 0u));
+      if (with_k) load_half(k, false, stage);
+      if (with_v) load_half(v, true, stage);
+      cp_async_mbar_arrive(full_bar(stage));
+    };
+    TileSrc pending{};  // kOverlap: the last tile whose K went out; its V goes with the next K
+    bool have_v = false;
     for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
-      // A tile is whole boxes of box_rows slots of one page each, so with maps, every box below
-      // seq_len is one bulk copy per 64 dims of K and of V: the copy engine does the address
-      // arithmetic that costs the gather its issue slots. The rows from the first box reaching
-      // seq_len on (the last tile of a sequence) are gathered with 16-byte cp.async by all producer
-      // threads, and keys at or past seq_len are zero-filled (never read from the cache: page tails
-      // may hold NaN, and P = 0 times NaN is NaN).
-      const int bs = p.block_size;
-      const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-      const int32_t* blocks = p.block_table + (p.block_table_indptr ? static_cast<int64_t>(p.block_table_indptr[seq])
-                                                                       : static_cast<int64_t>(seq) * p.block_table_stride);
-      // Key -> its slot in its block, and (physical block, slot) through the block table.
-      auto slot_of = [&](int key) { return bs_shift >= 0 ? key & (bs - 1) : key % bs; };
-      auto page_of = [&](int key, int& blk, int& slot) {
-        const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
-        blk = blocks[blk_idx];
-        slot = key - blk_idx * bs;
-      };
-      // Boxes of tile n_tile that go through the copy engine: at most kBlockN / 16 (a block size
-      // is a multiple of 16). Box b belongs to lane b / 4 of producer warp b % 4: a bulk copy's
-      // operands are uniform registers, so a warp issues its lanes' copies one lane at a time, and
-      // four warps issue a tile's copies (4 per box at head size 128) in a quarter of the time one
-      // warp takes, which shortens a stage's trip from its release to its refill. The lanes read
-      // their block-table entries at once, before the producer waits for the stage, so the wait
-      // hides the load: one thread reading them in turn would wait for each behind the copies it
-      // issued (their asm is a compiler barrier), a load latency per page.
-      auto boxes_of = [&](int n_tile) {
-        const int rows = max(0, min(kBlockN, seq_len - n_tile * kBlockN));
-        return maps.box_rows <= 0 ? 0 : box_shift >= 0 ? rows >> box_shift : rows / maps.box_rows;
-      };
-      const int my_box = lane * 4 + warp;
-      auto fetch_box_block = [&](int n_tile, int n_boxes) {
-        int blk = 0, slot;
-        if (my_box < n_boxes) page_of(n_tile * kBlockN + my_box * maps.box_rows, blk, slot);
-        return blk;
-      };
-      auto load_kv = [&](int n_tile, int stage, int box_block, int n_boxes) {
-        const int key0 = n_tile * kBlockN;
-        uint8_t* dst_k = sKV + stage * kStageBytes;
-        const int row_gather = n_boxes * maps.box_rows;  // first row of the tile gathered with cp.async
-        if (maps.box_rows > 0) {
-          // The barrier counts this arrival with maps whether or not the tile has a box. Copies
-          // of other warps may complete bytes before it: the transaction count may run below zero,
-          // and the phase completes once both the arrivals and the count are done.
-          const uint32_t full = full_bar(stage);
-          // Whole boxes of 64 dims: at head size 96 the second one's dims past 96 land as zeros.
-          if (ctid == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(row_gather * (Tr::kDimPad + Tr::kDimVPad) * 2));
-          // The warp's boxes are warp + 4 i (lane i holds the block of box warp + 4 i). Each is
-          // issued by one elected lane from operands the compiler knows to be warp-uniform (the
-          // warp index and the block shuffled from lane i), so no copy needs a loop over lanes.
-          const int uwarp = __shfl_sync(0xffffffffu, warp, 0);
-#pragma unroll
-          for (int i = 0; i < (kBlockN / 16 + 3) / 4; ++i) {
-            const int b = uwarp + 4 * i;
-            if (b < n_boxes) {
-              const int blk = __shfl_sync(0xffffffffu, box_block, i);
-              const int key = key0 + b * maps.box_rows;
-              const int in_block = slot_of(key);
-              const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
-              const uint32_t dk = smem_u32(dst_k) + b * maps.box_rows * 128;
-              if (elect_one_sync()) {
-#pragma unroll
-                for (int cb = 0; cb < Tr::kDimPad / 64; ++cb) {
-                  tma_load_4d(dk + cb * kKvBlockBytes, &maps.k, cb * 64, c1, c2, blk, full);
-                  if (cb < Tr::kDimVPad / 64)
-                    tma_load_4d(dk + kKvBytes + cb * kKvBlockBytes, &maps.v, cb * 64, c1, c2, blk, full);
-                }
-              }
-            }
-          }
-        }
-        const int64_t head_off = static_cast<int64_t>(kvh) * p.kv_head_stride * 2;
-#pragma unroll 4
-        for (int idx = row_gather * kChunks + ctid; idx < kBlockN * kChunks; idx += 128) {
-          // Chunk idx of the tile, row-major (a fixed column when kChunks divides 128).
-          const int r = idx / kChunks, chunk = idx % kChunks;
-          const int key = key0 + r;
-          const bool valid = key < seq_len;
-          int blk, slot;
-          page_of(valid ? key : 0, blk, slot);
-          const int64_t off =
-              (static_cast<int64_t>(blk) * p.kv_block_stride + slot * p.kv_token_stride) * 2 + head_off + chunk * 16;
-          uint8_t* dk = dst_k + swizzled(r, chunk, kKvBlockBytes);
-          cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
-          if (kChunksV == kChunks || chunk < kChunksV)
-            cp_async_16(dk + kKvBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
-        }
-      };
+      const int row = p.block_table_indptr ? p.block_table_indptr[seq] : seq * p.block_table_stride;
       // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
       // the producer waits for the stage so that the wait hides the load): lane l reads that of
       // row l % kRowsPer8 of the warp's copy l / kRowsPer8.
@@ -475,11 +507,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         int blk = 0, slot;
         if constexpr (kFp8Mma) {
           const int key = n_tile * kBlockN + 32 * warp + lane;
-          if (key < seq_len) page_of(key, blk, slot);
+          if (key < seq_len) page_of(row, key, blk, slot);
         } else if constexpr (kShareRows) {
           const int i = lane / kRowsPer8;
           const int key = n_tile * kBlockN + (warp * 32 + 128 * i) / kChunks8 + lane % kRowsPer8;
-          if (i < kPer8 && key < seq_len) page_of(key, blk, slot);
+          if (i < kPer8 && key < seq_len) page_of(row, key, blk, slot);
         }
         return blk;
       };
@@ -513,7 +545,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
               blk = __shfl_sync(0xffffffffu, my_blk, i * kRowsPer8 + lane / kChunks8);
               slot = slot_of(key);
             } else {
-              page_of(valid ? key : 0, blk, slot);
+              page_of(row, valid ? key : 0, blk, slot);
             }
             const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
                                 static_cast<int64_t>(slot) * p.kv_token_stride + head_off8 + c * 16;
@@ -524,10 +556,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         }
         cp_async_commit();
       };
-      // The CTA's key tile u goes to stage u % kStages once the consumers freed it (its
-      // (u / kStages)-th use). The copies complete the stage's "full" barrier by themselves (bulk
-      // copies by their bytes, cp.async by an arrival once each thread's copies landed), so the
-      // producer never waits for its own copies: every free stage is a tile in flight.
+      // The CTA's key tile u goes to stage u % kStages (with kOverlap its K, and its V to stage u + 1).
       for (int t = 0; t < num_tiles; ++t) {
         const int u = done + t;
         const int stage = u % kStages;
@@ -538,11 +567,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           pdl_wait_for_producer();
           cache_written = true;
         }
-        const int n_boxes = boxes_of(n_begin + t);
-        const int box_block = fetch_box_block(n_begin + t, n_boxes);
-        const int blk8 = kFp8 ? fp8_page(n_begin + t) : 0;
-        if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
         if constexpr (kFp8) {
+          const int blk8 = fp8_page(n_begin + t);
+          if (u >= kStages) mbar_wait(empty_bar(stage), ((u / kStages) - 1) & 1);
           // kLook tiles' codes in flight, then the oldest is widened (its copies landed: the
           // kLook - 1 newer groups may still be pending). The order of the CTA's tiles carries
           // across items, so the next item's first codes load under this one's last widenings.
@@ -553,8 +580,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
             ++widened;
           }
         } else {
-          load_kv(n_begin + t, stage, box_block, n_boxes);
-          cp_async_mbar_arrive(full_bar(stage));
+          const TileSrc src = src_of(item, row, n_begin + t);
+          if constexpr (kOverlap<kHeadDim, kHeadDimV, kFp8, kDecodes>) {
+            fill_slot(u, pending, have_v, src, true);
+            pending = src;
+            have_v = true;
+          } else {
+            fill_slot(u, src, true, src, true);
+          }
         }
       }
       done += num_tiles;
@@ -563,6 +596,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       cp_async_wait<0>();
       for (; widened < done; ++widened) finish_fp8(widened % kStages);
     }
+    if (have_v) fill_slot(done, pending, true, pending, false);  // kOverlap: the last tile's V
     cp_async_wait_all();  // no copy outlives its thread
     if (!cache_written) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead of it
     return;
@@ -579,9 +613,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
                               (kFp8Mma ? p.q_scale : kQToHalf ? 1.f / kFp8QScale : 1.f);
   const float cap_log2 = p.softcap * kLog2e;
   int done = 0;  // key tiles of earlier items (the producer's count)
+  bool slot_waited = false;  // kOverlap: the slot of the next item's first K was waited for
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
     const Item item = item_of(w);
-    const int kvh = item.kvh, split = item.split;
+    const int kvh = item.kvh;
     const float k_descale = kFp8 && p.k_descale ? p.k_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
     const float v_descale = kFp8 && p.v_descale ? p.v_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
     const float qk_scale = base_qk_scale * k_descale;
@@ -826,99 +861,195 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       done += num_tiles;
       continue;
     }
-    for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
-      const int u = done + n_tile - n_begin;
-      const int stage = u % kStages;
-      mbar_wait(full_bar(stage), (u / kStages) & 1);
-      // Rows that cp.async wrote (generic proxy; every row without maps, else only in the tile that
-      // reaches seq_len) and that the barrier made visible to this thread: the proxy fence orders
-      // them before this thread's wgmma reads of the stage (async proxy). Bulk copies need none.
-      if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
-      float s[Tr::kAccS];
-      named_bar_sync(kBarTurn + wg, 256);
-      issue_qk(s, stage);
-      if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
-      wgmma_wait<0>();
-      fence_regs(s);
-      float corr[2];
-      // A warp-uniform branch: no wgmma is in flight (the last P V was waited for).
-      if (__any_sync(0xffffffffu, softmax(s, n_tile, corr))) rescale_o(corr);
-      uint32_t pa[kPvSteps][4];
-      to_a(s, pa);
-      issue_pv(pa, stage);
-      wgmma_wait<0>();
-      fence_regs(acc_o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
+    if constexpr (kOverlap<kHeadDim, kHeadDimV, kFp8, kDecodes>) {
+      // Slot done + t holds K of tile n_begin + t and V of tile n_begin + t - 1 (the producer's
+      // order). The item's first slot was waited for at the last P V of the item before, if any;
+      // its V (that item's) is spent, so the slot frees once Q K^T read its K. A turn per issue:
+      // Q K^T of the first tile, Q K^T of tile t with P V of t - 1, P V of the last tile.
+      if (num_tiles > 0) {
+        uint32_t pa[kPvSteps][4];
+        float corr[2];
+        // threadIdx.y is 0 in this 1-D block, but not known to be at compile time; 0x3210 selects the
+        // bytes of a byte permute's first operand.
+        const uint32_t opaque_zero = threadIdx.y;
+        const uint32_t keep_new = 0x3210u + opaque_zero;
+        {
+          const int u = done, stage = u % kStages;
+          if (!slot_waited) mbar_wait(full_bar(stage), (u / kStages) & 1);
+          if (maps.box_rows == 0 || (n_begin + 1) * kBlockN > seq_len) fence_proxy_async();
+          float s[Tr::kAccS];
+          named_bar_sync(kBarTurn + wg, 256);
+          issue_qk(s, stage);
+          named_bar_arrive(kBarTurn + other, 256);  // a P V follows: every consumer has another turn
+          wgmma_wait<0>();
+          fence_regs(s);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty_bar(stage));
+          softmax(s, n_begin, corr);  // O is still zero: nothing to rescale
+          to_a(s, pa);
+        }
+        for (int n_tile = n_begin + 1; n_tile < n_end; ++n_tile) {
+          const int u = done + n_tile - n_begin, stage = u % kStages;
+          mbar_wait(full_bar(stage), (u / kStages) & 1);
+          // Gathered rows (see below) in K of this tile or V of the one before: the later reaches
+          // seq_len first.
+          if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
+          float s[Tr::kAccS];
+          named_bar_sync(kBarTurn + wg, 256);
+          issue_qk(s, stage);
+          // The turn passes before P V is issued (FlashAttention-3 passes it after both): if a
+          // warp's 16 back-to-back products stall their own issue, the other consumer would
+          // otherwise wait through most of this P V for its Q K^T.
+          named_bar_arrive(kBarTurn + other, 256);
+          issue_pv(pa, stage);
+          wgmma_wait<1>();  // S landed; P V of the tile before still runs
+          fence_regs(s);
+          // Its results are pinned before the wait: left free, the compiler sinks the softmax to their
+          // uses after it, where nothing overlaps.
+          const bool moved = __any_sync(0xffffffffu, softmax(s, n_tile, corr));
+          fence_regs(s);
+          fence_regs(corr);
+          fence_regs(row_sum);
+          // A warp sync whose mask depends on the softmax (a run-time zero folded in): without it
+          // the scheduler moves the P V wait up to the softmax's first instructions (SASS), and
+          // nothing overlaps. (A never-taken trap branch there instead made ptxas serialise the
+          // products and spill 480 bytes, C7512.)
+          __syncwarp(0xffffffffu ^ (static_cast<uint32_t>(moved) & opaque_zero));
+          wgmma_wait<0>();
+          fence_regs(acc_o);
+          fence_regs(pa);  // P's registers were the in-flight P V's operand until here
+          // O holds the tiles before this one: rescaled to this tile's max before its P V.
+          if (moved) rescale_o(corr);
+          // P of this tile into the registers of the last one, each new word through a byte
+          // permute that also reads the old one (the selector takes the new word's bytes only, but
+          // is not known at compile time). That read keeps the old P live up to here: otherwise
+          // the register allocator sees it dead once its P V was issued and gives its registers to
+          // the softmax's temporaries, which then wait for that P V.
+          uint32_t fresh[kPvSteps][4];
+          to_a(s, fresh);
+#pragma unroll
+          for (int kk = 0; kk < kPvSteps; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pa[kk][i] = __byte_perm(fresh[kk][i], pa[kk][i], keep_new);
+          // The slot's release, its address offset by a run-time zero taken from the new P: the
+          // scheduler otherwise hoists the arrive, and the P V wait it must follow, to the top of
+          // the softmax (SASS), and nothing overlaps.
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty_bar(stage) + (pa[kPvSteps - 1][3] & opaque_zero));
+        }
+        {
+          const int u = done + num_tiles, stage = u % kStages;
+          mbar_wait(full_bar(stage), (u / kStages) & 1);
+          if (maps.box_rows == 0 || n_end * kBlockN > seq_len) fence_proxy_async();
+          named_bar_sync(kBarTurn + wg, 256);
+          issue_pv(pa, stage);
+          if (!last_wg) named_bar_arrive(kBarTurn + other, 256);
+          wgmma_wait<0>();
+          fence_regs(acc_o);
+          slot_waited = true;  // the slot holds the next item's first K: that item frees it
+        }
+      }
+    } else {
+      for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
+        const int u = done + n_tile - n_begin;
+        const int stage = u % kStages;
+        mbar_wait(full_bar(stage), (u / kStages) & 1);
+        // Rows that cp.async wrote (generic proxy; every row without maps, else only in the tile that
+        // reaches seq_len) and that the barrier made visible to this thread: the proxy fence orders
+        // them before this thread's wgmma reads of the stage (async proxy). Bulk copies need none.
+        if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
+        float s[Tr::kAccS];
+        named_bar_sync(kBarTurn + wg, 256);
+        issue_qk(s, stage);
+        if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        wgmma_wait<0>();
+        fence_regs(s);
+        float corr[2];
+        // A warp-uniform branch: no wgmma is in flight (the last P V was waited for).
+        if (__any_sync(0xffffffffu, softmax(s, n_tile, corr))) rescale_o(corr);
+        uint32_t pa[kPvSteps][4];
+        to_a(s, pa);
+        issue_pv(pa, stage);
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
+      }
     }
 
-    // ---- epilogue from registers: each quad owns whole rows ----
-    // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
-    // of the Q buffer (this consumer's Q K^T are done, and the next item's Q is loaded only after
-    // every consumer passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
-    // the accumulator layout, a warp's 4-byte stores filled half of each 32-byte sector and queued
-    // behind each other (ncu, 8 x 1k: the stores' LSU throttle was 3 % of the samples).
-    const bool use_sink = p.sinks != nullptr && split == 0;
-    const int64_t slot = p.partial_offset + split;
-    const bool staged = p.o_partial == nullptr;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sm = row_sum[h];
-      sm += __shfl_xor_sync(0xffffffffu, sm, 1);
-      sm += __shfl_xor_sync(0xffffffffu, sm, 2);
-      if constexpr (kFp8Mma) sm *= 0x1p-8f;  // the sums of P x 2^8 (O carries the factor too: wgt)
-      const int prow = warp_row0 + g + 8 * h;
-      const int t = token_of(prow);
-      if (t >= q_len) continue;
-      const int head = kvh * G + prow - t * G;
-      const float m_row = row_max[h];
-      const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
-      const float m = fmaxf(m_row, sink2);
-      const float m_use = m == -INFINITY ? 0.f : m;
-      const float w = exp2f(m_row - m_use);
-      const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
-      const float inv = total > 0.f ? 1.f / total : 0.f;
-      const float wgt = w * inv * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
-      const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
-      const int64_t tok = q_start + t;
-      const int64_t row_index = tok * p.num_q_heads + head;
-      if (!staged) {
-        // o_partial: [slots, num_tokens, num_q_heads, Dv] fp32; lse_partial: [slots, num_tokens, num_q_heads]
-        const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
-        float* dst = p.o_partial + prow_index * kHeadDimV + 2 * tq;
-#pragma unroll
-        for (int d = 0; d < kHeadDimV / 8; ++d)
-          *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
-        if (tq == 0) p.lse_partial[prow_index] = lse;
-      } else {
-        // Row g + 8 h of this warp, chunk d: 4 bytes at 4 tq (the swizzle spreads the 8 rows of a
-        // chunk over all banks).
-        const int srow = wg * 64 + warp * 16 + g + 8 * h;
-#pragma unroll
-        for (int d = 0; d < kHeadDimV / 8; ++d)
-          *reinterpret_cast<uint32_t*>(sQ + swizzled(srow, d, kQBlockBytes) + 4 * tq) =
-              pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
-        if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
-      }
-    }
-    if (staged) {
-      // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
-      // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.
-      int64_t dst_row = -1;
-      if (lane < 16) {
-        const int prow = warp_row0 + lane;
+    {
+      // The item's fields again for the epilogue, not carried through the loop (registers).
+      const Item ep = item_of(w);
+      const int q_start = ep.q_start, q_len = ep.q_len, kvh = ep.kvh, split = ep.split;
+      const int warp_row0 = ep.row0 + wg * 64 + warp * 16;
+      // ---- epilogue from registers: each quad owns whole rows ----
+      // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
+      // of the Q buffer (this consumer's Q K^T are done, and the next item's Q is loaded only after
+      // every consumer passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
+      // the accumulator layout, a warp's 4-byte stores filled half of each 32-byte sector and queued
+      // behind each other (ncu, 8 x 1k: the stores' LSU throttle was 3 % of the samples).
+      const bool use_sink = p.sinks != nullptr && split == 0;
+      const int64_t slot = p.partial_offset + split;
+      const bool staged = p.o_partial == nullptr;
+  #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float sm = row_sum[h];
+        sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+        sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+        if constexpr (kFp8Mma) sm *= 0x1p-8f;  // the sums of P x 2^8 (O carries the factor too: wgt)
+        const int prow = warp_row0 + g + 8 * h;
         const int t = token_of(prow);
-        if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDimV;
+        if (t >= q_len) continue;
+        const int head = kvh * G + prow - t * G;
+        const float m_row = row_max[h];
+        const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
+        const float m = fmaxf(m_row, sink2);
+        const float m_use = m == -INFINITY ? 0.f : m;
+        const float w = exp2f(m_row - m_use);
+        const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        const float wgt = w * inv * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
+        const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
+        const int64_t tok = q_start + t;
+        const int64_t row_index = tok * p.num_q_heads + head;
+        if (!staged) {
+          // o_partial: [slots, num_tokens, num_q_heads, Dv] fp32; lse_partial: [slots, num_tokens, num_q_heads]
+          const int64_t prow_index = slot * p.num_tokens * p.num_q_heads + row_index;
+          float* dst = p.o_partial + prow_index * kHeadDimV + 2 * tq;
+  #pragma unroll
+          for (int d = 0; d < kHeadDimV / 8; ++d)
+            *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+          if (tq == 0) p.lse_partial[prow_index] = lse;
+        } else {
+          // Row g + 8 h of this warp, chunk d: 4 bytes at 4 tq (the swizzle spreads the 8 rows of a
+          // chunk over all banks).
+          const int srow = wg * 64 + warp * 16 + g + 8 * h;
+  #pragma unroll
+          for (int d = 0; d < kHeadDimV / 8; ++d)
+            *reinterpret_cast<uint32_t*>(sQ + swizzled(srow, d, kQBlockBytes) + 4 * tq) =
+                pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+          if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
+        }
       }
-      __syncwarp();  // the warp's rows are in shared memory
-      Element* o = static_cast<Element*>(p.o);
-#pragma unroll 4  // fully unrolled, head size 192 spilled (the loads ran ahead of the stores)
-      for (int i = 0; i < 16 * kChunksV / 32; ++i) {
-        const int r = (i * 32 + lane) / kChunksV, c = (i * 32 + lane) % kChunksV;
-        const int64_t row = __shfl_sync(0xffffffffu, dst_row, r);
-        if (row >= 0) {
-          const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
-          *reinterpret_cast<uint4*>(o + row + c * 8) = v;
+      if (staged) {
+        // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
+        // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.
+        int64_t dst_row = -1;
+        if (lane < 16) {
+          const int prow = warp_row0 + lane;
+          const int t = token_of(prow);
+          if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDimV;
+        }
+        __syncwarp();  // the warp's rows are in shared memory
+        Element* o = static_cast<Element*>(p.o);
+  #pragma unroll 4  // fully unrolled, head size 192 spilled (the loads ran ahead of the stores)
+        for (int i = 0; i < 16 * kChunksV / 32; ++i) {
+          const int r = (i * 32 + lane) / kChunksV, c = (i * 32 + lane) % kChunksV;
+          const int64_t row = __shfl_sync(0xffffffffu, dst_row, r);
+          if (row >= 0) {
+            const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
+            *reinterpret_cast<uint4*>(o + row + c * 8) = v;
+          }
         }
       }
     }
