@@ -31,7 +31,10 @@
 // online softmax of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as
 // the A operand, V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier
 // runs in the loop, and the consumers take turns issuing Q K^T (a named barrier each, round robin),
-// so one consumer's softmax runs under the others' MMAs.
+// so one consumer's softmax runs under the others' MMAs. Head size 128 prefills over a 16-bit cache
+// also overlap within a consumer (kOverlap): Q K^T of tile t is issued with P V of tile t - 1 and
+// the softmax of t runs under that P V; the producer then puts V of the CTA's tile u - 1 beside K of
+// tile u in slot u, so that each turn still reads one slot and frees it whole.
 //
 // fp8 tensor cores (kFp8Mma, head size 128, an e4m3 cache and a quantized query, as vLLM runs
 // FlashAttention-3 when the query arrives in fp8): Q K^T and P V are m64n128k32 e4m3 products at
@@ -79,7 +82,8 @@ constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // tile is strictly Q K^T, wait, softmax, P V, wait, and only the other consumers' products fill
 // the tensor cores while it computes. The ring's slot u carries V of tile u - 1 beside K of tile u,
 // so a turn reads one slot and frees it whole (Versions 12 and 19 held two stages per consumer, or
-// split each stage's barriers, and lost more than the overlap gave). Prefill launches of a 16-bit
+// split each stage's barriers, and lost more than the overlap gave; this form lost too, Versions
+// 28-29, while one producer warp issued all of a tile's bulk copies, Version 33). Prefill launches of a 16-bit
 // cache at head size 128 (qk and v): the live S, P and O fit its 232 consumer registers.
 template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
 constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDim == 128 && kHeadDimV == 128;
