@@ -20,6 +20,7 @@ PEER_OF = {
     # the peers read a bf16 cache: the ratio says how the fp8 cache compares with their bf16 rate
     "prefill_fp8": ("prefill_causal", 2, 4096, 4096, "tflops"),
     "prefill_fp8q": ("prefill_causal", 2, 4096, 4096, "tflops"),
+    "prefill_1k": ("prefill_causal", 8, 1024, 1024, "tflops"),
     "prefill_8k": ("prefill_causal", 1, 8192, 8192, "tflops"),
     "prefill_16k": ("prefill_causal", 1, 16384, 16384, "tflops"),
     "prefill_hd64": ("prefill_causal", 2, 4096, 4096, "tflops", 32, 32, 64),
