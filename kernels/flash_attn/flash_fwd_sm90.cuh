@@ -31,8 +31,8 @@
 // online softmax of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as
 // the A operand, V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier
 // runs in the loop, and the consumers take turns issuing Q K^T (a named barrier each, round robin),
-// so one consumer's softmax runs under the others' MMAs. Head size 128 prefills over a 16-bit cache
-// also overlap within a consumer (kOverlap): Q K^T of tile t is issued with P V of tile t - 1 and
+// so one consumer's softmax runs under the others' MMAs. Head size 96, 128 and 256 prefills over a
+// 16-bit cache also overlap within a consumer (kOverlap): Q K^T of tile t is issued with P V of tile t - 1 and
 // the softmax of t runs under that P V; the producer then puts V of the CTA's tile u - 1 beside K of
 // tile u in slot u, so that each turn still reads one slot and frees it whole.
 //
@@ -84,9 +84,12 @@ constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // so a turn reads one slot and frees it whole (Versions 12 and 19 held two stages per consumer, or
 // split each stage's barriers, and lost more than the overlap gave; this form lost too, Versions
 // 28-29, while one producer warp issued all of a tile's bulk copies, Version 33). Prefill launches of a 16-bit
-// cache at head size 128 (qk and v): the live S, P and O fit its 232 consumer registers.
+// cache at head sizes 96, 128 and 256: the live S, P and O fit their 232 consumer registers (96:
+// 1.063, 256: 1.018 x the plain schedule; Version 36). Not at 64, whose three consumers have 152
+// registers (it spilled 248 bytes there; with two consumers it ran 0.957 x the three plain ones),
+// at qk 192 / v 128, or in decode launches (the mixed step ran 0.99 x with it).
 template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
-constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDim == 128 && kHeadDimV == 128;
+constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 256);
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
