@@ -109,8 +109,9 @@ static_assert(kConsumerRegs<128, false, 2> == 232 && kConsumerRegs<128, true, 2>
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
 template <int kHeadDim>
 constexpr bool kPersistent = kHeadDim != 256;
-// Named barriers: 1 = the consumers' Q is in shared memory; 2 + c = consumer c's turn to issue.
-constexpr int kBarQ = 1, kBarTurn = 2;
+// Named barriers: 1 + c = consumer c's turn to issue; 4 + c = consumer c's rows of Q are in shared
+// memory (its 128 threads: a consumer reads only its own rows of Q, and writes O only there).
+constexpr int kBarTurn = 1, kBarQ = 4;
 
 template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_, int kKeys = 0>
 struct Sm90Traits {
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
-  constexpr int kConsumers = Tr::kConsumers, kCThreads = Tr::kConsumerThreads;
+  constexpr int kConsumers = Tr::kConsumers;
   constexpr int kKvBytes = Tr::kKvBytes, kKvBlockBytes = Tr::kKvBlockBytes, kQBlockBytes = Tr::kQBlockBytes;
   constexpr int kStageBytes = Tr::kStageBytes, kChunksV = Tr::kChunksV;
   constexpr int kVtOffset = 16384;  // kFp8Mma: V^T after the 16 KB V staging tile in a stage's V region
@@ -621,6 +622,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const float cap_log2 = p.softcap * kLog2e;
   int done = 0;  // key tiles of earlier items (the producer's count)
   bool slot_waited = false;  // kOverlap: the slot of the next item's first K was waited for
+  const int other = wg + 1 == kConsumers ? 0 : wg + 1;
+  const bool last_wg = wg == kConsumers - 1;
+  bool turn_passed = false;  // the last consumer gave consumer 0 its first turn of this item
   for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
     const Item item = item_of(w);
     const int kvh = item.kvh;
@@ -635,17 +639,39 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
     const int n_plain_lo = item.tk.n_plain_lo, n_plain_hi = item.tk.n_plain_hi;
     const int num_tiles = n_end - n_begin;
-    // Q of this item, once every consumer is past its last Q K^T of the previous one.
-    named_bar_sync(kBarQ, kCThreads);
-    // ---- Q: consumer thread t moves 16-byte chunks t, t + kCThreads, ... of the tile (row-major) ----
-    if constexpr (kFp8Mma) {
-      // e4m3 codes of q / q_scale: thread t quantizes 16 head dims (two 16-byte loads) of chunks t,
-      // t + kCThreads, ... of the 128 x 128-byte tile, swizzled like K; rows past the query are zero.
+    // Whether the CTA's next item has key tiles: then the last consumer passes consumer 0 the turn
+    // at its last issue of this item, and consumer 0 starts the next item (its epilogue, its Q, its
+    // first Q K^T) while the others finish this one. Before, every consumer met at a CTA-wide
+    // barrier at each item's start, and the tensor cores idled through the epilogue and Q's load.
+    bool next_has_tiles = false;
+    if (kPersistent<kHeadDim> && last_wg) {
+      const int w_next = work_of(round + 1);
+      if (w_next < num_work) {
+        const TileKeys nk = item_of(w_next).tk;
+        next_has_tiles = nk.n_end > nk.n_begin;
+      }
+    }
+    const bool turn_was_passed = turn_passed;
+    turn_passed = num_tiles > 0 && next_has_tiles;
+    // The last consumer's final turn of the item: passed on when the next item takes turns.
+    const bool pass_last = !last_wg || next_has_tiles;
+    // kDecodes: a consumer whose 64 rows are all past the item's query (consumer 1 of a decode:
+    // G x q_len <= 64 packed rows) computes nothing: it loads no Q, takes its turns and frees each
+    // stage once it is full.
+    const bool idle = kDecodes && row0 + wg * 64 >= q_len * G;
+    // ---- Q: each warp moves its own 16 rows (16-byte chunks lane, lane + 32, ..., row-major) ----
+    // A warp's rows of Q held its O of the item before (the epilogue below), which it stored itself.
+    const int wrow0 = wg * 64 + warp * 16;  // the warp's first row of the tile
+    __syncwarp();  // every lane's epilogue loads of those rows are done
+    if (idle) {
+    } else if constexpr (kFp8Mma) {
+      // e4m3 codes of q / q_scale: a lane quantizes 16 head dims (two 16-byte loads) per chunk of
+      // the 128-byte rows, swizzled like K; rows past the query are zero.
       const float inv_q_scale = 1.f / p.q_scale;
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-      for (int i = 0; i < kBlockM * 8 / kCThreads; ++i) {
-        const int r = (tid - 128 + kCThreads * i) / 8, c = (tid - 128 + kCThreads * i) % 8;
+      for (int i = 0; i < 16 * 8 / 32; ++i) {
+        const int r = wrow0 + (32 * i + lane) / 8, c = (32 * i + lane) % 8;
         const int prow = row0 + r;
         const int t = token_of(prow);
         uint4 codes = make_uint4(0u, 0u, 0u, 0u);
@@ -662,11 +688,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         *reinterpret_cast<uint4*>(sQ + r * 128 + ((c ^ (r & 7)) << 4)) = codes;
       }
     } else {
-      const int qt = tid - 128;
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
-      for (int i = 0; i < kBlockM * kChunks / kCThreads; ++i) {
-        const int r = (qt + kCThreads * i) / kChunks, chunk = (qt + kCThreads * i) % kChunks;
+      for (int i = 0; i < 16 * kChunks / 32; ++i) {
+        const int r = wrow0 + (32 * i + lane) / kChunks, chunk = (32 * i + lane) % kChunks;
         const int prow = row0 + r;
         const int t = token_of(prow);
         const bool valid = t < q_len;
@@ -679,14 +704,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       if constexpr (kQToHalf) {
         // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
 #pragma unroll
-        for (int i = 0; i < kBlockM * kChunks / kCThreads; ++i) {
-          const int idx = tid - 128 + kCThreads * i;
-          fp8_q_to_half(sQ + swizzled(idx / kChunks, idx % kChunks, kQBlockBytes));
-        }
+        for (int i = 0; i < 16 * kChunks / 32; ++i)
+          fp8_q_to_half(sQ + swizzled(wrow0 + (32 * i + lane) / kChunks, (32 * i + lane) % kChunks, kQBlockBytes));
       }
     }
-    fence_proxy_async();
-    named_bar_sync(kBarQ, kCThreads);  // all of Q landed (each consumer thread copied part of it)
+    if (!idle) {
+      fence_proxy_async();
+      named_bar_sync(kBarQ + wg, 128);  // the consumer's 64 rows of Q landed (each warp copied 16)
+    }
     const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
 
     float acc_o[Tr::kAccO];  // O rows (g, g + 8) of this warp, D / 8 column blocks of 8
@@ -846,22 +871,18 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     };
     // Turns, round robin: consumer c issues Q K^T of a tile after consumer c - 1 issued its own
     // (consumer 0: after the last consumer issued that of the previous tile), then passes the turn
-    // to c + 1. Every arrive meets one sync: the last consumer passes no turn after its last tile,
-    // and gives the first one only if there is one. No consumer can arrive twice on a barrier
-    // before its owner synced: its next arrive needs a full round of the others' turns.
-    const int other = wg + 1 == kConsumers ? 0 : wg + 1;
-    const bool last_wg = wg == kConsumers - 1;
-    if (last_wg && num_tiles > 0) named_bar_arrive(kBarTurn + 0, 256);
-    // kDecodes: a consumer whose 64 rows are all past the item's query (consumer 1 of a decode:
-    // G x q_len <= 64 packed rows) computes nothing; it takes its turns and frees each stage once it
-    // is full.
-    if (kDecodes && row0 + wg * 64 >= q_len * G) {
+    // to c + 1; across items too (pass_last). Every arrive meets one sync: the last consumer passes
+    // no turn after its last issue of an item unless the next item takes turns, and then gives the
+    // first turn of an item only if it did not pass it already. No consumer can arrive twice on a
+    // barrier before its owner synced: its next arrive needs a full round of the others' turns.
+    if (last_wg && num_tiles > 0 && !turn_was_passed) named_bar_arrive(kBarTurn + 0, 256);
+    if (idle) {
       for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
         const int u = done + n_tile - n_begin;
         const int stage = u % kStages;
         mbar_wait(full_bar(stage), (u / kStages) & 1);
         named_bar_sync(kBarTurn + wg, 256);
-        if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        if (pass_last || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar(stage));
       }
@@ -950,7 +971,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           if (maps.box_rows == 0 || n_end * kBlockN > seq_len) fence_proxy_async();
           named_bar_sync(kBarTurn + wg, 256);
           issue_pv(pa, stage);
-          if (!last_wg) named_bar_arrive(kBarTurn + other, 256);
+          if (pass_last) named_bar_arrive(kBarTurn + other, 256);
           wgmma_wait<0>();
           fence_regs(acc_o);
           slot_waited = true;  // the slot holds the next item's first K: that item frees it
@@ -968,7 +989,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         float s[Tr::kAccS];
         named_bar_sync(kBarTurn + wg, 256);
         issue_qk(s, stage);
-        if (!last_wg || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        if (pass_last || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
         wgmma_wait<0>();
         fence_regs(s);
         float corr[2];
@@ -991,8 +1012,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const int warp_row0 = ep.row0 + wg * 64 + warp * 16;
       // ---- epilogue from registers: each quad owns whole rows ----
       // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
-      // of the Q buffer (this consumer's Q K^T are done, and the next item's Q is loaded only after
-      // every consumer passed kBarQ), then stores whole rows in 16-byte chunks. Stored straight from
+      // of the Q buffer (this consumer's Q K^T are done, and the warp loads its rows of the next
+      // item's Q only after its stores), then stores whole rows in 16-byte chunks. Stored straight from
       // the accumulator layout, a warp's 4-byte stores filled half of each 32-byte sector and queued
       // behind each other (ncu, 8 x 1k: the stores' LSU throttle was 3 % of the samples).
       const bool use_sink = p.sinks != nullptr && split == 0;
