@@ -58,4 +58,21 @@ struct OnlineSoftmaxRow {
   __device__ __forceinline__ float lse2() const { return d > 0.f ? m + log2f(d) : -INFINITY; }
 };
 
+// The end of a row whose state (m, d) an attention sink joins: the sink's logit sink2 (log2 units)
+// takes its share of the denominator and contributes no value (use_sink; else sink2 is ignored).
+// weight scales the output accumulated against m; lse2 is log2 of the denominator. A row with no
+// visible key and no sink gets weight 0 and lse2 -inf. Shared by the register epilogues of the
+// FLASH_ATTN kernels (mma.sync and sm_90a), whose quads each hold whole rows.
+struct RowEnd {
+  float weight, lse2;
+};
+__device__ __forceinline__ RowEnd end_row(float m, float d, bool use_sink, float sink2) {
+  const float mx = use_sink ? fmaxf(m, sink2) : m;
+  const float m_use = mx == -INFINITY ? 0.f : mx;
+  const float w = exp2f(m - m_use);
+  const float total = d * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  return {w * inv, total > 0.f ? m_use + log2f(total) : -INFINITY};
+}
+
 }  // namespace attn::kern

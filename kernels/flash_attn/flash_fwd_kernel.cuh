@@ -20,6 +20,7 @@
 
 #include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
+#include "kernels/common/online_softmax.cuh"
 #include "kernels/common/pdl_launch.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
@@ -462,15 +463,9 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         const int t = prow / G;
         if (t >= q_len) continue;
         const int head = kvh * G + prow % G;
-        const float m_row = row_max[mi][h];
-        const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
-        const float m = fmaxf(m_row, sink2);
-        const float m_use = m == -INFINITY ? 0.f : m;
-        const float w = exp2f(m_row - m_use);
-        const float total = s * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-        const float wgt = w * inv * v_descale;
-        const float lse = total > 0.f ? (m_use + log2f(total)) * kLn2 : -INFINITY;
+        const RowEnd end = end_row(row_max[mi][h], s, use_sink, use_sink ? p.sinks[head] * kLog2e : 0.f);
+        const float wgt = end.weight * v_descale;
+        const float lse = end.lse2 * kLn2;
         const int64_t tok = q_start + t;
         const int64_t row_index = tok * p.num_q_heads + head;
         if (p.o_partial != nullptr) {

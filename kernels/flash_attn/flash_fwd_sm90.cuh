@@ -1029,15 +1029,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         const int t = token_of(prow);
         if (t >= q_len) continue;
         const int head = kvh * G + prow - t * G;
-        const float m_row = row_max[h];
-        const float sink2 = use_sink ? p.sinks[head] * kLog2e : -INFINITY;
-        const float m = fmaxf(m_row, sink2);
-        const float m_use = m == -INFINITY ? 0.f : m;
-        const float w = exp2f(m_row - m_use);
-        const float total = sm * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-        const float wgt = w * inv * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
-        const float lse = total > 0.f ? (m_use + log2f(total)) * (p.lse_base2 ? 1.f : kLn2) : -INFINITY;
+        const RowEnd end = end_row(row_max[h], sm, use_sink, use_sink ? p.sinks[head] * kLog2e : 0.f);
+        const float wgt = end.weight * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
+        const float lse = end.lse2 * (p.lse_base2 ? 1.f : kLn2);
         const int64_t tok = q_start + t;
         const int64_t row_index = tok * p.num_q_heads + head;
         if (!staged) {
