@@ -77,6 +77,10 @@ struct FlashAttnParams {
   // block cluster and merge their states in the first one's shared memory, which writes O and LSE;
   // o_partial is then unused and no merge_attn_states follows. 0 = splits write partials.
   int split_cluster = 0;
+  // sm_90a persistent kernel: {the next work item to claim, the CTAs done claiming}, both zero
+  // between launches (the kernel's last CTA zeroes them), or nullptr. Set, the CTAs claim their
+  // items as they go (the dynamic schedule, flash_fwd_sm90.cuh); null, CTA b takes fixed items.
+  int32_t* work_counters = nullptr;  // [2]
 };
 
 }  // namespace attn

@@ -97,11 +97,13 @@ constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDimV == kHeadDim && (kHeadD
 // fp8 cache's producer holds block-table entries, copy addresses and codes being widened: 88 at
 // head sizes 96, 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
 // below 216). The overlapped schedule (kOverlap) keeps 40 + 232: its consumers hold S, P and O.
-template <int kHeadDim, bool kFp8>
-constexpr int kProducerRegs = !kFp8 ? 40 : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
-template <int kHeadDim, bool kFp8, int kNumConsumers>
+// Persistent decode launches (kDecodes) 56 + 224: their producer also claims work items and waits
+// for their ids (at 40 it spilled 72-88 bytes); their consumers are not overlapped.
+template <int kHeadDim, bool kFp8, bool kDecodes = false>
+constexpr int kProducerRegs = !kFp8 ? (kDecodes && kHeadDim != 256 ? 56 : 40) : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
+template <int kHeadDim, bool kFp8, int kNumConsumers, bool kDecodes = false>
 constexpr int kConsumerRegs = (65536 / (128 * (kNumConsumers + 1)) / 8 * 8 * (kNumConsumers + 1) -
-                               kProducerRegs<kHeadDim, kFp8>) / kNumConsumers / 8 * 8;
+                               kProducerRegs<kHeadDim, kFp8, kDecodes>) / kNumConsumers / 8 * 8;
 static_assert(kConsumerRegs<128, false, 2> == 232 && kConsumerRegs<128, true, 2> == 208 &&
                   kConsumerRegs<256, true, 2> == 216 && kConsumerRegs<64, false, 3> == 152,
               "the budgets the comment above states");
@@ -145,7 +147,10 @@ struct Sm90Traits {
   // tiles in flight (5 stages of 32 KB); qk 192 / v 128 has four stages of 40 KB (64 keys) or two
   // of 80 KB (128 keys) beside its 48 KB Q.
   static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? (kBlockN == 128 ? 2 : 4) : kHeadDim <= 192 ? 3 : 2;
-  static constexpr int kBarrierBytes = 2 * kStages * 8;     // full[kStages], empty[kStages]
+  // Claimed work items in flight (the dynamic schedule, see the kernel): a ring of item ids.
+  static constexpr int kIdSlots = 8;
+  // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], then the ids.
+  static constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * kIdSlots * 8 + kIdSlots * 4;
   // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
   static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
@@ -226,6 +231,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const uint32_t bar_addr = smem_u32(sKV + kStages * kStageBytes);
   auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
   auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
+  auto id_full_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + slot); };
+  auto id_empty_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + Tr::kIdSlots + slot); };
+  int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + 8 * (2 * kStages + 2 * Tr::kIdSlots));
 
   const int tid = threadIdx.x;
   const int role = tid / 128;          // 0: producer, 1 + c: consumer c
@@ -239,15 +247,45 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // Token of packed row `prow` (prow / G) and its head within the group (prow % G).
   auto token_of = [&](int prow) { return static_cast<int>(divs.group.div(static_cast<uint32_t>(prow))); };
   // Persistent CTAs: work item w is (tile w / (Hkv * S), kv head w / S % Hkv, split w % S) with
-  // the tiles most keys first. In round r CTA b takes item r * gridDim.x + b, or + (gridDim.x -
-  // 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of one round gets one of
-  // the lightest of the next). Both roles walk the same items and count key tiles across them, so
+  // the tiles most keys first. Both roles walk the same items and count key tiles across them, so
   // the ring's stages and phases carry on from one item to the next and the producer loads the
-  // next item's K/V under this one's last tiles.
+  // next item's K/V under this one's last tiles. Which items a CTA takes:
+  // - static (p.work_counters null): in round r CTA b takes item r * gridDim.x + b, or +
+  //   (gridDim.x - 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of one
+  //   round gets one of the lightest of the next);
+  // - dynamic: CTA b starts with item b, and each CTA claims the next unclaimed item (an atomic
+  //   counter) when it starts one, so that a CTA whose items ran short takes more of them (mixed
+  //   steps whose fixed rounds leave some CTAs far more key tiles than others: the planner's
+  //   choice, flash_attn_plan.cpp). The producer's thread 0 claims the item after the one it
+  //   starts and publishes it in a ring of ids (id_full / id_empty mbarriers), so that the
+  //   consumers know an item's successor when they start it. (Claimed one item earlier still, to
+  //   hide the atomic's latency, the CTAs held an item in reserve and balanced worse: Version 38.)
   const int num_work = p.num_tiles * p.num_kv_heads * p.num_splits;
+  // Only decode launches (kDecodes, which serve the mixed passes) claim: the prefill kernels keep
+  // fixed rounds and their registers (the ring's waits in their loops made ptxas spill 130 bytes).
+  const bool dynamic = kDecodes && kPersistent<kHeadDim> && p.work_counters != nullptr;
   auto work_of = [&](int round) {
     const int b = round % 2 == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
     return round * static_cast<int>(gridDim.x) + b;
+  };
+  // The CTA's item of `round` (num_work or more: none left). Dynamic: waits until it is published.
+  auto item_id = [&](int round) {
+    if (!kPersistent<kHeadDim> && round > 0) return num_work;
+    if (!dynamic) return work_of(round);
+    const int slot = round % Tr::kIdSlots;
+    mbar_wait(id_full_bar(slot), (round / Tr::kIdSlots) & 1);
+    return *reinterpret_cast<volatile int*>(sIds + slot);
+  };
+  // Dynamic: this thread read the id of `round` (its slot may be reused for round + kIdSlots).
+  auto release_id = [&](int round) {
+    if (dynamic) mbar_arrive(id_empty_bar(round % Tr::kIdSlots));
+  };
+  // Dynamic, producer thread 0: the id of `round` into its slot once every warp read the one before.
+  auto publish_id = [&](int round, int w) {
+    const int slot = round % Tr::kIdSlots;
+    if (round >= Tr::kIdSlots) mbar_wait(id_empty_bar(slot), ((round / Tr::kIdSlots) - 1) & 1);
+    *reinterpret_cast<volatile int*>(sIds + slot) = w;
+    mbar_arrive(id_full_bar(slot));
   };
   struct Item {
     int seq, kvh, split, q_start, q_len, seq_len, row0;
@@ -276,12 +314,18 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       mbar_init(full_bar(s), 128 + (maps.box_rows > 0 ? 1 : 0));
       mbar_init(empty_bar(s), 4 * kConsumers);  // every consumer warp, once its MMAs read the stage
     }
+    for (int s = 0; s < Tr::kIdSlots; ++s) {
+      mbar_init(id_full_bar(s), 1);                    // the producer thread that publishes the id
+      mbar_init(id_empty_bar(s), Tr::kThreads);        // every thread, once it read the id
+    }
+    if (dynamic) publish_id(0, static_cast<int>(blockIdx.x));
   }
+
   __syncthreads();  // the barriers are initialised
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
-    setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8>>();
+    setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8, kDecodes>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     bool cache_written = false;  // pdl_wait_for_producer returned
     // Boxes per tile by a shift where the box is a power of two slots (a division costs the
@@ -503,7 +547,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     };
     TileSrc pending{};  // kOverlap: the last tile whose K went out; its V goes with the next K
     bool have_v = false;
-    for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
+    for (int round = 0;; ++round) {
+      const int w = item_id(round);
+      release_id(round);
+      if (w >= num_work) break;
+      if (dynamic && ctid == 0) publish_id(round + 1, atomicAdd(p.work_counters, 1) + static_cast<int>(gridDim.x));
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
@@ -607,11 +655,20 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     if (have_v) fill_slot(done, pending, true, pending, false);  // kOverlap: the last tile's V
     cp_async_wait_all();  // no copy outlives its thread
     if (!cache_written) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead of it
+    if (dynamic && ctid == 0) {
+      // The last CTA to finish claiming zeroes the counters for the next launch (no CTA of this one
+      // claims any more: each stopped at its first claim past the last item).
+      __threadfence();
+      if (atomicAdd(p.work_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        atomicExch(p.work_counters, 0);
+        atomicExch(p.work_counters + 1, 0);
+      }
+    }
     return;
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers>>();
+  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers, kDecodes>>();
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
@@ -625,7 +682,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const int other = wg + 1 == kConsumers ? 0 : wg + 1;
   const bool last_wg = wg == kConsumers - 1;
   bool turn_passed = false;  // the last consumer gave consumer 0 its first turn of this item
-  for (int round = 0, w = work_of(0); w < num_work; w = kPersistent<kHeadDim> ? work_of(++round) : num_work) {
+  for (int round = 0;; ++round) {
+    const int w = item_id(round);
+    release_id(round);
+    if (w >= num_work) break;
     const Item item = item_of(w);
     const int kvh = item.kvh;
     const float k_descale = kFp8 && p.k_descale ? p.k_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
@@ -645,7 +705,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // barrier at each item's start, and the tensor cores idled through the epilogue and Q's load.
     bool next_has_tiles = false;
     if (kPersistent<kHeadDim> && last_wg) {
-      const int w_next = work_of(round + 1);
+      const int w_next = item_id(round + 1);
       if (w_next < num_work) {
         const TileKeys nk = item_of(w_next).tk;
         next_has_tiles = nk.n_end > nk.n_begin;

@@ -100,6 +100,36 @@ TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
   EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=prefill"), std::string::npos) << r.plan;
 }
 
+// A mixed step with more work items than SMs whose fixed rounds would be uneven (24 long decodes
+// and two short prefills): on the sm_90a kernel its CTAs claim items as they go (a counter the
+// kernel's last CTA zeroes). One instance runs it three times, so that later launches start from
+// the counters the one before left; the poisoned outputs fail any item left unclaimed or claimed
+// twice.
+TEST(FlashAttnGpu, MixedStepClaimsItems) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  AttentionSpec s = make_spec(16, 4, 128);
+  BatchShape shape;
+  shape.label = "test";
+  for (int i = 0; i < 24; ++i) shape.requests.push_back({2000 + 13 * i, 1});
+  shape.requests.push_back({256, 256});
+  shape.requests.push_back({256, 256});
+  shape.block_allocation = BlockAllocation::shuffled;
+  const Batch b = make_batch(s, shape, 7);
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  auto inst = make_flash_attn_backend()->create(b, m, RunOptions{});
+  inst->plan();
+  const ReferenceResult ref = compute_reference(b);
+  for (int launch = 0; launch < 3; ++launch) {
+    inst->poison();
+    inst->run();
+    const ValidationResult v = validate_output(b, inst->fetch(), ref, default_budget(s.dtype));
+    EXPECT_TRUE(v.pass) << "launch " << launch << ": " << v.failure << " | plan: " << inst->plan_summary();
+  }
+  const Sm90Passes passes = flash_attn_sm90_passes(make_flash_attn_config(s));
+  const bool sm90 = passes == Sm90Passes::all || passes == Sm90Passes::mixed;
+  EXPECT_EQ(inst->plan_summary().find("items=dynamic") != std::string::npos, sm90) << inst->plan_summary();
+}
+
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(10, 2, 128)};
@@ -772,6 +802,33 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   const std::vector<int32_t> mq = {1, 1, 1, 64, 40}, mk = {900, 700, 500, 1000, 40};
   EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, all).tiles,
             (std::vector<int32_t>{3, 1, 0, 0, 3, 0, 1, 0, 4, 1, 2, 0, 4, 0}));
+  // Fewer items than SMs: nothing to balance, fixed rounds; so for passes of one kind.
+  EXPECT_FALSE(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, all).dynamic_items);
+  EXPECT_FALSE(make_flash_attn_pass({64, 40}, {1000, 40}, true, 4, 128, 8, 132, 0, all).dynamic_items);
+  EXPECT_FALSE(decodes.dynamic_items);
+  // Mixed steps at 32/8 heads: the CTAs claim their items where fixed rounds leave some of them far
+  // more key tiles (H100, Version 38: 32 x 1 @ 8k + 2048 new 593 -> 486 us, 128 x 1 @ 1k + 2 x 1024
+  // on 1k 354 -> 290 us), not where the rounds are even or the decodes' pages set the time (48 x 1
+  // @ 2k + 2 x 512 on 1k 185 -> 195 us claimed, 96 x 1 @ 4k + 4 x 256 on 2k, 64 x 1 @ 2k + 8 x 128
+  // on 512: 0.96-0.99 x).
+  auto claims = [&](int decodes_n, int decode_ctx, int prefills_n, int prefill_ctx, int prefill_q) {
+    std::vector<int32_t> ql, sl;
+    for (int i = 0; i < decodes_n; ++i) {
+      ql.push_back(1);
+      sl.push_back(decode_ctx + 1);
+    }
+    for (int i = 0; i < prefills_n; ++i) {
+      ql.push_back(prefill_q);
+      sl.push_back(prefill_ctx + prefill_q);
+    }
+    return make_flash_attn_pass(ql, sl, true, 4, 128, 8, 132, 0, all).dynamic_items;
+  };
+  EXPECT_TRUE(claims(32, 8192, 1, 0, 2048));
+  EXPECT_TRUE(claims(128, 1024, 2, 1024, 1024));
+  EXPECT_FALSE(claims(48, 2048, 2, 1024, 512));
+  EXPECT_FALSE(claims(96, 4096, 4, 2048, 256));
+  EXPECT_FALSE(claims(64, 2048, 8, 512, 128));
+  EXPECT_TRUE(claims(24, 1200, 1, 0, 384));  // scenarios/mixed_uneven_rounds.toml
   // On the mma.sync kernel one order, longest first.
   EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, prefills).tiles,
             (std::vector<int32_t>{3, 1, 3, 0, 0, 0, 1, 0, 2, 0, 4, 1, 4, 0}));

@@ -17,6 +17,10 @@ struct FlashAttnPass {
   int num_splits = 1;
   int kv_begin = 0;            // suffix pass: the prefix length
   bool cluster_merge = false;  // the splits merge in clusters (flash_attn_cluster_merge): no partials
+  // sm_90a persistent kernel: the CTAs claim work items as they go (FlashAttnParams::work_counters)
+  // instead of taking fixed rounds. Mixed passes whose fixed rounds the planner predicts uneven
+  // (claim_items_dynamically in flash_attn_plan.cpp).
+  bool dynamic_items = false;
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
