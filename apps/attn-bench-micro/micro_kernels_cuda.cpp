@@ -16,6 +16,7 @@
 
 #include "backends/backend.hpp"
 #if defined(ATTN_WITH_CUDA)
+#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "backends/flashmla/flashmla_backend.hpp"
 #endif
 #include "core/device.hpp"
@@ -189,6 +190,27 @@ void BM_FlashAttnDecode(benchmark::State& state) { run_attention_case(state, kDe
 void BM_FlashAttnPrefill(benchmark::State& state) { run_attention_case(state, kPrefill); }
 BENCHMARK(BM_FlashAttnDecode)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_FlashAttnPrefill)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// The FLASH_ATTN planner's pass over a mixed step on the sm_90a kernel, host only: tiles, the split
+// rule and the simulation of both item schedules (claim_items_dynamically), which runs once per
+// work item. range(0) decodes at 4k beside 4 prefill chunks of 512 on 2k, 8 kv heads, 132 SMs.
+void BM_FlashAttnPlanMixed(benchmark::State& state) {
+  const int decodes = static_cast<int>(state.range(0));
+  std::vector<int32_t> query_lens(static_cast<std::size_t>(decodes), 1), seq_lens(static_cast<std::size_t>(decodes), 4097);
+  for (int i = 0; i < 4; ++i) {
+    query_lens.push_back(512);
+    seq_lens.push_back(2048 + 512);
+  }
+  bool dynamic = false;
+  for (auto _ : state) {
+    const FlashAttnPass pass =
+        make_flash_attn_pass(query_lens, seq_lens, true, 4, 128, 8, 132, 0, Sm90Passes::mixed, nullptr);
+    benchmark::DoNotOptimize(pass.tiles.data());
+    dynamic = pass.dynamic_items;
+  }
+  state.counters["dynamic"] = dynamic ? 1 : 0;
+}
+BENCHMARK(BM_FlashAttnPlanMixed)->Arg(16)->Arg(48)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
 // ---- FLASHMLA decode: the kernel alone (+ combine) and the whole path ------------------------
 
