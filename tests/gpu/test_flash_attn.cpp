@@ -829,7 +829,7 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_FALSE(claims(96, 4096, 4, 2048, 256));
   EXPECT_FALSE(claims(64, 2048, 8, 512, 128));
   EXPECT_TRUE(claims(24, 1200, 1, 0, 384));  // scenarios/mixed_uneven_rounds.toml
-  // Head size 256 runs one CTA per item: nothing to claim.
+  // Only at head size 128 (256 runs one CTA per item: nothing to claim).
   // (8 decodes at 4k + 1024 new tokens, 16/16 heads: the rule's yes at head size 128.)
   const std::vector<int32_t> q256 = {1, 1, 1, 1, 1, 1, 1, 1, 1024}, k256 = {4001, 4001, 4001, 4001, 4001, 4001, 4001, 4001, 1024};
   EXPECT_TRUE(make_flash_attn_pass(q256, k256, true, 1, 128, 16, 132, 0, all).dynamic_items);

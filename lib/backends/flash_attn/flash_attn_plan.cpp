@@ -169,9 +169,10 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   pass.num_splits =
       flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
                             equal_ctas);
-  // The kernel's decode launches claim items at head sizes 64, 96 and 128 (192 has no decode
-  // launch, and at 256 one CTA runs one item).
-  if (pass.tiling.sm90_tiles && (head_size == 64 || head_size == 96 || head_size == 128)) {
+  // The kernel's decode launches can claim items at head sizes 64, 96 and 128 (192 has no decode
+  // launch, and at 256 one CTA runs one item); the planner asks at 128, the one head size whose
+  // claims have run on a GPU (Version 38).
+  if (pass.tiling.sm90_tiles && head_size == 128) {
     std::vector<int64_t> keys;
     std::vector<bool> is_decode;
     bool any_decode = false, any_prefill = false;
