@@ -280,7 +280,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   auto release_id = [&](int round) {
     if (dynamic) mbar_arrive(id_empty_bar(round % Tr::kIdSlots));
   };
-  // Dynamic, producer thread 0: the id of `round` into its slot once every warp read the one before.
+  // Dynamic, producer thread 0: the id of `round` into its slot once every thread read the one
+  // kIdSlots rounds before.
   auto publish_id = [&](int round, int w) {
     const int slot = round % Tr::kIdSlots;
     if (round >= Tr::kIdSlots) mbar_wait(id_empty_bar(slot), ((round / Tr::kIdSlots) - 1) & 1);
