@@ -834,6 +834,11 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   const std::vector<int32_t> q256 = {1, 1, 1, 1, 1, 1, 1, 1, 1024}, k256 = {4001, 4001, 4001, 4001, 4001, 4001, 4001, 4001, 1024};
   EXPECT_TRUE(make_flash_attn_pass(q256, k256, true, 1, 128, 16, 132, 0, all).dynamic_items);
   EXPECT_FALSE(make_flash_attn_pass(q256, k256, true, 1, 256, 16, 132, 0, all).dynamic_items);
+  // Where the kernel can claim at all (what ATTN_FA_SM90_DYNAMIC=1 forces): decode launches at 64-128.
+  for (int d : {64, 96, 128, 192, 256})
+    EXPECT_EQ(flash_attn_sm90_can_claim(make_flash_attn_pass(q256, k256, true, 1, d, 16, 132, 0, all).tiling, d), d <= 128)
+        << d;
+  EXPECT_FALSE(flash_attn_sm90_can_claim(make_flash_attn_pass({64, 40}, {1000, 40}, true, 4, 128, 8, 132, 0, all).tiling, 128));
   // On the mma.sync kernel one order, longest first.
   EXPECT_EQ(make_flash_attn_pass(mq, mk, true, 4, 128, 8, 132, 0, prefills).tiles,
             (std::vector<int32_t>{3, 1, 3, 0, 0, 0, 1, 0, 2, 0, 4, 1, 4, 0}));

@@ -43,6 +43,12 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
   return t;
 }
 
+bool flash_attn_sm90_can_claim(const FlashAttnTiling& t, int head_size) {
+  // Decode launches (kDecodes in flash_fwd_sm90.cuh) at head sizes 64, 96 and 128: 192 has no
+  // decode launch, and at 256 one CTA runs one item.
+  return t.sm90_tiles && t.small_seqs && (head_size == 64 || head_size == 96 || head_size == 128);
+}
+
 namespace {
 
 // Whether the persistent sm_90a kernel's CTAs should claim a mixed pass's work items as they go
@@ -147,10 +153,13 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   // prefill tiles. Longest first alone put every decode (2k keys) before the prefill tiles (<= 1.5k)
   // of a chunked-prefill step: the memory idled in the compute phase and the tensor cores in the
   // streaming one (H100, 48 decodes at 2k + 2 x 512 on 1k: 208.3 -> 187.4 us).
+  auto is_decode = [&](const Tile& t) { return query_lens[static_cast<size_t>(t.seq)] * gqa <= decode_rows; };
+  bool mixed = false;  // decode and prefill tiles in one sm_90a launch
   if (pass.tiling.sm90_tiles) {
     std::vector<Tile> dec, pre;
-    for (const Tile& t : tiles) (query_lens[static_cast<size_t>(t.seq)] * gqa <= decode_rows ? dec : pre).push_back(t);
-    if (!dec.empty() && !pre.empty()) {
+    for (const Tile& t : tiles) (is_decode(t) ? dec : pre).push_back(t);
+    mixed = !dec.empty() && !pre.empty();
+    if (mixed) {
       // Next from the list whose next tile sits earlier in its own list's share of the order.
       tiles.clear();
       size_t i = 0, j = 0;
@@ -169,20 +178,15 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   pass.num_splits =
       flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
                             equal_ctas);
-  // The kernel's decode launches can claim items at head sizes 64, 96 and 128 (192 has no decode
-  // launch, and at 256 one CTA runs one item); the planner asks at 128, the one head size whose
-  // claims have run on a GPU (Version 38).
-  if (pass.tiling.sm90_tiles && head_size == 128) {
+  // The planner asks at head size 128 only, the one whose claims have run on a GPU (Version 38).
+  if (mixed && head_size == 128 && flash_attn_sm90_can_claim(pass.tiling, head_size)) {
     std::vector<int64_t> keys;
-    std::vector<bool> is_decode;
-    bool any_decode = false, any_prefill = false;
+    std::vector<bool> decode;
     for (const Tile& t : tiles) {
       keys.push_back(t.keys);
-      is_decode.push_back(query_lens[static_cast<size_t>(t.seq)] * gqa <= decode_rows);
-      (is_decode.back() ? any_decode : any_prefill) = true;
+      decode.push_back(is_decode(t));
     }
-    pass.dynamic_items = any_decode && any_prefill &&
-                         claim_items_dynamically(keys, is_decode, num_kv_heads * pass.num_splits, num_sms);
+    pass.dynamic_items = claim_items_dynamically(keys, decode, num_kv_heads * pass.num_splits, num_sms);
   }
   return pass;
 }
@@ -224,13 +228,14 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     return v != nullptr ? std::clamp(std::atoi(v), 0, kMaxSplits) : 0;
   }();
   if (forced_splits > 0) s.main.num_splits = forced_splits;
-  // ATTN_FA_SM90_DYNAMIC=1 / 0: every sm_90a main pass claims its items as it goes / none does
-  // (A/B timing of the two schedules); unset keeps the rule (mixed passes).
+  // ATTN_FA_SM90_DYNAMIC=1 / 0: every main pass whose kernel can claim its items does / none does
+  // (A/B timing of the two schedules); unset keeps the rule.
   static const int forced_dynamic = [] {
     const char* v = std::getenv("ATTN_FA_SM90_DYNAMIC");
     return v != nullptr ? std::atoi(v) : -1;
   }();
-  if (forced_dynamic >= 0) s.main.dynamic_items = forced_dynamic > 0 && s.main.tiling.sm90_tiles;
+  if (forced_dynamic >= 0)
+    s.main.dynamic_items = forced_dynamic > 0 && flash_attn_sm90_can_claim(s.main.tiling, spec.head_size_qk);
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
   // clusters where it can (the cascade's suffix partials merge with the prefix's).
   s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);

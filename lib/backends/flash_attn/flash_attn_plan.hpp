@@ -24,6 +24,10 @@ struct FlashAttnPass {
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
+// Whether the sm_90a kernel launched for a pass of this tiling can claim its work items
+// (FlashAttnPass::dynamic_items): its decode launches at head sizes 64, 96 and 128.
+bool flash_attn_sm90_can_claim(const FlashAttnTiling& t, int head_size);
+
 struct FlashAttnSchedule {
   bool cascade = false;
   std::string cascade_reason;
