@@ -77,10 +77,15 @@ struct FlashAttnParams {
   // block cluster and merge their states in the first one's shared memory, which writes O and LSE;
   // o_partial is then unused and no merge_attn_states follows. 0 = splits write partials.
   int split_cluster = 0;
-  // sm_90a persistent kernel: {the next work item to claim, the CTAs done claiming}, both zero
-  // between launches (the kernel's last CTA zeroes them), or nullptr. Set, the CTAs claim their
-  // items as they go (the dynamic schedule, flash_fwd_sm90.cuh); null, CTA b takes fixed items.
-  int32_t* work_counters = nullptr;  // [2]
+  // sm_90a persistent kernel: {items claimed from the front, from the back (one 64-bit word,
+  // 8-byte aligned), the CTAs done claiming}, all zero between launches (the kernel's last CTA
+  // zeroes them), or nullptr. Set, the CTAs claim their items as they go (the dynamic schedule,
+  // flash_fwd_sm90.cuh); null, CTA b takes fixed items.
+  int32_t* work_counters = nullptr;  // [3]
+  // The dynamic schedule: CTAs [0, claim_front_ctas) claim work items from the front of the list,
+  // the others from the back, until the ends meet (a mixed pass: prefill tiles first, decode tiles
+  // last, so that both kinds run side by side); 0 = every CTA from the front.
+  int claim_front_ctas = 0;
 };
 
 }  // namespace attn

@@ -253,17 +253,34 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // - static (p.work_counters null): in round r CTA b takes item r * gridDim.x + b, or +
   //   (gridDim.x - 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of one
   //   round gets one of the lightest of the next);
-  // - dynamic: CTA b starts with item b, and each CTA claims the next unclaimed item (an atomic
-  //   counter) when it starts one, so that a CTA whose items ran short takes more of them (mixed
-  //   steps whose fixed rounds leave some CTAs far more key tiles than others: the planner's
-  //   choice, flash_attn_plan.cpp). The producer's thread 0 claims the item after the one it
-  //   starts and publishes it in a ring of ids (id_full / id_empty mbarriers), so that the
-  //   consumers know an item's successor when they start it. (Claimed one item earlier still, to
-  //   hide the atomic's latency, the CTAs held an item in reserve and balanced worse: Version 38.)
+  // - dynamic: each CTA claims the next unclaimed item when it starts one, so that a CTA whose
+  //   items ran short takes more of them (the planner's choice, flash_attn_plan.cpp). The list is
+  //   claimed from both ends: CTAs b < F (F = p.claim_front_ctas, or all of them) start with item
+  //   b and claim from the front, the others start with item n - 1 - (b - F) and claim from the
+  //   back, until the ends meet (one 64-bit counter of both ends' claims, so that no item is
+  //   taken twice). A mixed pass lists its prefill tiles first and its decode tiles last, so the
+  //   back CTAs stream decode pages while the front ones compute prefill tiles, and each group
+  //   takes the other's items once its own ran out. The producer's thread 0 claims the item after
+  //   the one it starts and publishes it in a ring of ids (id_full / id_empty mbarriers), so that
+  //   the consumers know an item's successor when they start it. (Claimed one item earlier still,
+  //   to hide the atomic's latency, the CTAs held an item in reserve and balanced worse: Version 38.)
   const int num_work = p.num_tiles * p.num_kv_heads * p.num_splits;
   // Only decode launches (kDecodes, which serve the mixed passes) claim: the prefill kernels keep
   // fixed rounds and their registers (the ring's waits in their loops made ptxas spill 130 bytes).
   const bool dynamic = kDecodes && kPersistent<kHeadDim> && p.work_counters != nullptr;
+  // Dynamic: front CTAs (all of them unless the planner splits the grid) and this CTA's end.
+  const int front_ctas = p.claim_front_ctas > 0 ? min(p.claim_front_ctas, static_cast<int>(gridDim.x))
+                                                : static_cast<int>(gridDim.x);
+  const bool front = static_cast<int>(blockIdx.x) < front_ctas;
+  // Dynamic: the next unclaimed item at this CTA's end, or num_work when the ends met. Every CTA's
+  // first item counts as claimed (front_ctas and gridDim.x - front_ctas of them).
+  auto claim = [&]() {
+    const unsigned long long old =
+        atomicAdd(reinterpret_cast<unsigned long long*>(p.work_counters), front ? 1ull : 1ull << 32);
+    const int f = static_cast<int>(old & 0xffffffffu) + front_ctas;
+    const int b = static_cast<int>(old >> 32) + static_cast<int>(gridDim.x) - front_ctas;
+    return f + b >= num_work ? num_work : front ? f : num_work - 1 - b;
+  };
   auto work_of = [&](int round) {
     const int b = round % 2 == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
     return round * static_cast<int>(gridDim.x) + b;
@@ -319,7 +336,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       mbar_init(id_full_bar(s), 1);                    // the producer thread that publishes the id
       mbar_init(id_empty_bar(s), Tr::kThreads);        // every thread, once it read the id
     }
-    if (dynamic) publish_id(0, static_cast<int>(blockIdx.x));
+    if (dynamic)
+      publish_id(0, front ? static_cast<int>(blockIdx.x) : num_work - 1 - (static_cast<int>(blockIdx.x) - front_ctas));
   }
 
   __syncthreads();  // the barriers are initialised
@@ -552,7 +570,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const int w = item_id(round);
       release_id(round);
       if (w >= num_work) break;
-      if (dynamic && ctid == 0) publish_id(round + 1, atomicAdd(p.work_counters, 1) + static_cast<int>(gridDim.x));
+      if (dynamic && ctid == 0) publish_id(round + 1, claim());
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
@@ -660,9 +678,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       // The last CTA to finish claiming zeroes the counters for the next launch (no CTA of this one
       // claims any more: each stopped at its first claim past the last item).
       __threadfence();
-      if (atomicAdd(p.work_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-        atomicExch(p.work_counters, 0);
-        atomicExch(p.work_counters + 1, 0);
+      if (atomicAdd(p.work_counters + 2, 1) == static_cast<int>(gridDim.x) - 1) {
+        atomicExch(reinterpret_cast<unsigned long long*>(p.work_counters), 0ull);
+        atomicExch(p.work_counters + 2, 0);
       }
     }
     return;

@@ -100,34 +100,51 @@ TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
   EXPECT_NE(r.plan.find(sm90 ? "tiling=sm90" : "tiling=prefill"), std::string::npos) << r.plan;
 }
 
-// A mixed step with more work items than SMs whose fixed rounds would be uneven (24 long decodes
-// and two short prefills): on the sm_90a kernel its CTAs claim items as they go (a counter the
-// kernel's last CTA zeroes). One instance runs it three times, so that later launches start from
-// the counters the one before left; the poisoned outputs fail any item left unclaimed or claimed
-// twice.
+// Mixed steps on the sm_90a kernel, whose CTAs claim their work items as they go (counters that
+// the kernel's last CTA zeroes): 24 long decodes beside two short prefills (fixed rounds would be
+// uneven; items from the front only), and 24 decodes beside a new prompt at 32/8 heads, more than
+// two items per SM (claimed from both ends: prefill items from the front, decode items from the
+// back, until the ends meet). One instance runs each three times, so that later launches start from the counters
+// the one before left; the poisoned outputs fail any item left unclaimed or claimed twice.
 TEST(FlashAttnGpu, MixedStepClaimsItems) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  AttentionSpec s = make_spec(16, 4, 128);
-  BatchShape shape;
-  shape.label = "test";
-  for (int i = 0; i < 24; ++i) shape.requests.push_back({2000 + 13 * i, 1});
-  shape.requests.push_back({256, 256});
-  shape.requests.push_back({256, 256});
-  shape.block_allocation = BlockAllocation::shuffled;
-  const Batch b = make_batch(s, shape, 7);
-  const CommonAttentionMetadata m = build_common_metadata(b);
-  auto inst = make_flash_attn_backend()->create(b, m, RunOptions{});
-  inst->plan();
-  const ReferenceResult ref = compute_reference(b);
-  for (int launch = 0; launch < 3; ++launch) {
-    inst->poison();
-    inst->run();
-    const ValidationResult v = validate_output(b, inst->fetch(), ref, default_budget(s.dtype));
-    EXPECT_TRUE(v.pass) << "launch " << launch << ": " << v.failure << " | plan: " << inst->plan_summary();
+  struct Step {
+    AttentionSpec spec;
+    std::vector<RequestShape> requests;
+    bool two_ended;
+  };
+  std::vector<Step> steps(2);
+  steps[0].spec = make_spec(16, 4, 128);
+  for (int i = 0; i < 24; ++i) steps[0].requests.push_back({2000 + 13 * i, 1});
+  steps[0].requests.push_back({256, 256});
+  steps[0].requests.push_back({256, 256});
+  steps[0].two_ended = false;
+  steps[1].spec = make_spec(32, 8, 128);
+  for (int i = 0; i < 24; ++i) steps[1].requests.push_back({1150 + 7 * i, 1});
+  steps[1].requests.push_back({0, 384});
+  steps[1].two_ended = true;
+  for (const Step& st : steps) {
+    BatchShape shape;
+    shape.label = "test";
+    shape.requests = st.requests;
+    shape.block_allocation = BlockAllocation::shuffled;
+    const Batch b = make_batch(st.spec, shape, 7);
+    const CommonAttentionMetadata m = build_common_metadata(b);
+    auto inst = make_flash_attn_backend()->create(b, m, RunOptions{});
+    inst->plan();
+    const ReferenceResult ref = compute_reference(b);
+    for (int launch = 0; launch < 3; ++launch) {
+      inst->poison();
+      inst->run();
+      const ValidationResult v = validate_output(b, inst->fetch(), ref, default_budget(st.spec.dtype));
+      EXPECT_TRUE(v.pass) << "launch " << launch << ": " << v.failure << " | plan: " << inst->plan_summary();
+    }
+    const Sm90Passes passes = flash_attn_sm90_passes(make_flash_attn_config(st.spec));
+    const bool sm90 = passes == Sm90Passes::all || passes == Sm90Passes::mixed;
+    const std::string plan = inst->plan_summary();
+    EXPECT_EQ(plan.find("items=dynamic") != std::string::npos, sm90) << plan;
+    EXPECT_EQ(plan.find("front_ctas=") != std::string::npos, sm90 && st.two_ended) << plan;
   }
-  const Sm90Passes passes = flash_attn_sm90_passes(make_flash_attn_config(s));
-  const bool sm90 = passes == Sm90Passes::all || passes == Sm90Passes::mixed;
-  EXPECT_EQ(inst->plan_summary().find("items=dynamic") != std::string::npos, sm90) << inst->plan_summary();
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
@@ -808,9 +825,9 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_FALSE(decodes.dynamic_items);
   // Mixed steps at 32/8 heads: the CTAs claim their items where fixed rounds leave some of them far
   // more key tiles (H100, Version 38: 32 x 1 @ 8k + 2048 new 593 -> 486 us, 128 x 1 @ 1k + 2 x 1024
-  // on 1k 354 -> 290 us), not where the rounds are even or the decodes' pages set the time (48 x 1
-  // @ 2k + 2 x 512 on 1k 185 -> 195 us claimed, 96 x 1 @ 4k + 4 x 256 on 2k, 64 x 1 @ 2k + 8 x 128
-  // on 512: 0.96-0.99 x).
+  // on 1k 354 -> 290 us; from both ends, Version 39: 461 and 282 us), not where the rounds are even
+  // or the decodes' pages set the time (48 x 1 @ 2k + 2 x 512 on 1k 185 -> 195 us claimed, 96 x 1 @
+  // 4k + 4 x 256 on 2k, 64 x 1 @ 2k + 8 x 128 on 512: 0.96-0.99 x).
   auto claims = [&](int decodes_n, int decode_ctx, int prefills_n, int prefill_ctx, int prefill_q) {
     std::vector<int32_t> ql, sl;
     for (int i = 0; i < decodes_n; ++i) {
@@ -821,7 +838,13 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
       ql.push_back(prefill_q);
       sl.push_back(prefill_ctx + prefill_q);
     }
-    return make_flash_attn_pass(ql, sl, true, 4, 128, 8, 132, 0, all).dynamic_items;
+    const FlashAttnPass pass = make_flash_attn_pass(ql, sl, true, 4, 128, 8, 132, 0, all);
+    // Claimed from both ends wherever each CTA has two items or more: prefill tiles first.
+    const bool two_ended = pass.dynamic_items && pass.num_tiles() * 8 * pass.num_splits >= 2 * 132;
+    EXPECT_EQ(pass.claim_front_ctas > 0, two_ended) << decodes_n << " decodes";
+    if (two_ended) EXPECT_GT(ql[static_cast<size_t>(pass.tiles[0])], 1);
+    if (two_ended) EXPECT_EQ(ql[static_cast<size_t>(pass.tiles[pass.tiles.size() - 2])], 1);
+    return pass.dynamic_items;
   };
   EXPECT_TRUE(claims(32, 8192, 1, 0, 2048));
   EXPECT_TRUE(claims(128, 1024, 2, 1024, 1024));
@@ -829,10 +852,11 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_FALSE(claims(96, 4096, 4, 2048, 256));
   EXPECT_FALSE(claims(64, 2048, 8, 512, 128));
   EXPECT_TRUE(claims(24, 1200, 1, 0, 384));  // scenarios/mixed_uneven_rounds.toml
-  // Only at head size 128 (256 runs one CTA per item: nothing to claim).
-  // (8 decodes at 4k + 1024 new tokens, 16/16 heads: the rule's yes at head size 128.)
+  // At head sizes 64, 96 and 128 (256 runs one CTA per item: nothing to claim). (8 decodes at 4k +
+  // 1024 new tokens, 16/16 heads: the rule's yes; 128 decodes at 1k + 2 x 1024 on 1k at 32/8 heads
+  // of size 64, claimed 1.31 x faster than fixed rounds, H100, twenty-fourth session.)
   const std::vector<int32_t> q256 = {1, 1, 1, 1, 1, 1, 1, 1, 1024}, k256 = {4001, 4001, 4001, 4001, 4001, 4001, 4001, 4001, 1024};
-  EXPECT_TRUE(make_flash_attn_pass(q256, k256, true, 1, 128, 16, 132, 0, all).dynamic_items);
+  for (int d : {64, 96, 128}) EXPECT_TRUE(make_flash_attn_pass(q256, k256, true, 1, d, 16, 132, 0, all).dynamic_items) << d;
   EXPECT_FALSE(make_flash_attn_pass(q256, k256, true, 1, 256, 16, 132, 0, all).dynamic_items);
   // Where the kernel can claim at all (what ATTN_FA_SM90_DYNAMIC=1 forces): decode launches at 64-128.
   for (int d : {64, 96, 128, 192, 256})

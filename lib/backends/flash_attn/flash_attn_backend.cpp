@@ -70,7 +70,7 @@ class FlashAttnInstance final : public BackendInstance {
     tiles_ = DeviceBuffer(max_tiles * 2 * sizeof(int32_t));
     prefix_tiles_ = DeviceBuffer((T * s.gqa_ratio() / 16 + 2) * 2 * sizeof(int32_t));
     prefix_meta_ = DeviceBuffer(3 * sizeof(int32_t));  // query_start_loc {0, T}, seq_lens {prefix}
-    work_counters_ = DeviceBuffer(2 * sizeof(int32_t));
+    work_counters_ = DeviceBuffer(4 * sizeof(int32_t));
     work_counters_.memset_async(0, stream_);  // then zero after every launch (the kernel's last CTA)
     upload_schedule();
     ATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -99,6 +99,7 @@ class FlashAttnInstance final : public BackendInstance {
       pre.partial_offset = 0;
       pre.split_cluster = 0;
       pre.work_counters = nullptr;
+      pre.claim_front_ctas = 0;
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -209,6 +210,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.num_splits = schedule_.main.num_splits;
     p.split_cluster = schedule_.main.cluster_merge ? 1 : 0;
     p.work_counters = schedule_.main.dynamic_items ? work_counters_.as<int32_t>() : nullptr;
+    p.claim_front_ctas = schedule_.main.claim_front_ctas;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;
@@ -251,7 +253,7 @@ class FlashAttnInstance final : public BackendInstance {
   DeviceBuffer tiles_;            // [num_tiles, 2] main / suffix pass
   DeviceBuffer prefix_tiles_;     // [num_tiles, 2] cascade prefix pass
   DeviceBuffer prefix_meta_;      // {0, num_tokens, prefix_len}
-  DeviceBuffer work_counters_;    // [2] the dynamic schedule's counters (FlashAttnParams::work_counters)
+  DeviceBuffer work_counters_;    // [3] the dynamic schedule's counters (FlashAttnParams::work_counters)
 };
 
 class FlashAttnBackend final : public Backend {

@@ -1,6 +1,7 @@
 #include "backends/flash_attn/flash_attn_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <numeric>
@@ -112,6 +113,43 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
   return std::max(static_cast<double>(claimed), floor) < 0.9 * t_fixed;
 }
 
+// A mixed pass whose items are claimed (claim_items_dynamically) is claimed from both ends
+// (FlashAttnPass::claim_front_ctas): how many CTAs take the prefill items from the front, the
+// others taking the decode items from the back, or 0 (one end, in the interleaved order). The
+// decodes' CTAs are the share of the grid that the decodes' work takes (per CTA, 1.9 us per decode
+// key tile and 2.2 per prefill key tile, H100; Version 38), so that both kinds end together;
+// whichever group runs out first takes the other's items from its end. Against claims from one end
+// (H100, Version 39): 32 x 1 @ 8k + 2048 new 1.054 x, 128 x 1 @ 1k + 2 x 1024 on 1k 1.027 x (at
+// head size 64 1.018 x). Not where fixed rounds are even: 48 x 1 @ 2k + 2 x 512 on 1k ran 0.941 x
+// the fixed rounds from both ends, whose interleaved order lets each CTA's producer load a decode's
+// pages under its prefill tiles. Both ends need items of their own beyond the CTAs' first ones.
+// ATTN_FA_SM90_TWO_ENDED=0 claims from the front only, as ATTN_FA_SM90_DYNAMIC=0 takes fixed
+// rounds (A/B timing); ATTN_FA_SM90_FRONT_CTAS=N forces N front CTAs.
+int claim_front_ctas(const std::vector<int64_t>& decode_keys, const std::vector<int64_t>& prefill_keys,
+                     int items_per_tile, int num_sms) {
+  static const bool enabled = [] {
+    const char* two = std::getenv("ATTN_FA_SM90_TWO_ENDED");
+    const char* dyn = std::getenv("ATTN_FA_SM90_DYNAMIC");  // 0: fixed rounds (plan_flash_attn)
+    return (two == nullptr || std::string(two) != "0") && (dyn == nullptr || std::string(dyn) != "0");
+  }();
+  static const int forced = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_FRONT_CTAS");
+    return v != nullptr ? std::max(std::atoi(v), 0) : 0;
+  }();
+  const int64_t items = static_cast<int64_t>(decode_keys.size() + prefill_keys.size()) * items_per_tile;
+  const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
+  if (!enabled || ctas < 2 || items < 2 * static_cast<int64_t>(ctas)) return 0;
+  if (forced > 0) return std::min(forced, ctas - 1);
+  auto work = [&](const std::vector<int64_t>& keys, double us_per_tile) {
+    double w = 0;
+    for (const int64_t k : keys) w += static_cast<double>(std::max<int64_t>((k + 127) / 128, 1)) * us_per_tile;
+    return w * items_per_tile;
+  };
+  const double dw = work(decode_keys, 1.9), pw = work(prefill_keys, 2.2);
+  const int decode_ctas = std::clamp(static_cast<int>(std::lround(ctas * dw / (dw + pw))), 1, ctas - 1);
+  return ctas - decode_ctas;
+}
+
 }  // namespace
 
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
@@ -154,39 +192,51 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   // of a chunked-prefill step: the memory idled in the compute phase and the tensor cores in the
   // streaming one (H100, 48 decodes at 2k + 2 x 512 on 1k: 208.3 -> 187.4 us).
   auto is_decode = [&](const Tile& t) { return query_lens[static_cast<size_t>(t.seq)] * gqa <= decode_rows; };
-  bool mixed = false;  // decode and prefill tiles in one sm_90a launch
-  if (pass.tiling.sm90_tiles) {
-    std::vector<Tile> dec, pre;
+  std::vector<Tile> dec, pre;  // the sm_90a kernel's decode and prefill tiles, each longest first
+  if (pass.tiling.sm90_tiles)
     for (const Tile& t : tiles) (is_decode(t) ? dec : pre).push_back(t);
-    mixed = !dec.empty() && !pre.empty();
-    if (mixed) {
-      // Next from the list whose next tile sits earlier in its own list's share of the order.
-      tiles.clear();
-      size_t i = 0, j = 0;
-      while (i < pre.size() || j < dec.size()) {
-        const bool take_pre = j == dec.size() || (i < pre.size() && (2 * i + 1) * dec.size() <= (2 * j + 1) * pre.size());
-        tiles.push_back(take_pre ? pre[i++] : dec[j++]);
-      }
+  const bool mixed = !dec.empty() && !pre.empty();  // decode and prefill tiles in one sm_90a launch
+  const int per_sm = config != nullptr ? flash_attn_ctas_per_sm(*config, pass.tiling) : 0;
+  pass.num_splits =
+      flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
+                            equal_ctas);
+  const int items_per_tile = num_kv_heads * pass.num_splits;
+  if (mixed) {
+    // Decode tiles spread evenly among the prefill tiles, so that at any time some CTAs stream
+    // decode pages while the others compute prefill tiles, and a CTA's producer loads its next
+    // decode's pages under its prefill tiles. Longest first alone put every decode (2k keys) before
+    // the prefill tiles (<= 1.5k) of a chunked-prefill step: the memory idled in the compute phase
+    // and the tensor cores in the streaming one (H100, 48 decodes at 2k + 2 x 512 on 1k: 208.3 ->
+    // 187.4 us). Next from the list whose next tile sits earlier in its own list's share of the order.
+    tiles.clear();
+    size_t i = 0, j = 0;
+    while (i < pre.size() || j < dec.size()) {
+      const bool take_pre = j == dec.size() || (i < pre.size() && (2 * i + 1) * dec.size() <= (2 * j + 1) * pre.size());
+      tiles.push_back(take_pre ? pre[i++] : dec[j++]);
+    }
+  }
+  if (mixed && flash_attn_sm90_can_claim(pass.tiling, head_size)) {
+    std::vector<int64_t> keys, dec_keys, pre_keys;
+    std::vector<bool> decode;
+    for (const Tile& t : tiles) {
+      keys.push_back(t.keys);
+      decode.push_back(is_decode(t));
+    }
+    pass.dynamic_items = claim_items_dynamically(keys, decode, items_per_tile, num_sms);
+    for (const Tile& t : dec) dec_keys.push_back(t.keys);
+    for (const Tile& t : pre) pre_keys.push_back(t.keys);
+    if (pass.dynamic_items) pass.claim_front_ctas = claim_front_ctas(dec_keys, pre_keys, items_per_tile, num_sms);
+    if (pass.claim_front_ctas > 0) {
+      // Claimed from both ends: the prefill tiles longest first from the front, the decode tiles
+      // longest first from the back.
+      tiles = pre;
+      tiles.insert(tiles.end(), dec.rbegin(), dec.rend());
     }
   }
   pass.tiles.reserve(tiles.size() * 2);
   for (const Tile& t : tiles) {
     pass.tiles.push_back(t.seq);
     pass.tiles.push_back(t.m_block);
-  }
-  const int per_sm = config != nullptr ? flash_attn_ctas_per_sm(*config, pass.tiling) : 0;
-  pass.num_splits =
-      flash_attn_num_splits(static_cast<int64_t>(tiles.size()) * num_kv_heads, max_keys, num_sms, per_sm > 0 ? per_sm : 2,
-                            equal_ctas);
-  // The planner asks at head size 128 only, the one whose claims have run on a GPU (Version 38).
-  if (mixed && head_size == 128 && flash_attn_sm90_can_claim(pass.tiling, head_size)) {
-    std::vector<int64_t> keys;
-    std::vector<bool> decode;
-    for (const Tile& t : tiles) {
-      keys.push_back(t.keys);
-      decode.push_back(is_decode(t));
-    }
-    pass.dynamic_items = claim_items_dynamically(keys, decode, num_kv_heads * pass.num_splits, num_sms);
   }
   return pass;
 }
@@ -248,6 +298,7 @@ std::string FlashAttnSchedule::summary() const {
                     " splits=" + std::to_string(main.num_splits);
   if (main.cluster_merge) out += " merge=cluster";
   if (main.dynamic_items) out += " items=dynamic";
+  if (main.claim_front_ctas > 0) out += " front_ctas=" + std::to_string(main.claim_front_ctas);
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
            " prefix_splits=" + std::to_string(prefix.num_splits);

@@ -21,6 +21,9 @@ struct FlashAttnPass {
   // instead of taking fixed rounds. Mixed passes whose fixed rounds the planner predicts uneven
   // (claim_items_dynamically in flash_attn_plan.cpp).
   bool dynamic_items = false;
+  // Claimed from both ends (FlashAttnParams::claim_front_ctas): this many CTAs take the prefill
+  // tiles' items from the front of the list, the others the decode tiles' from the back; 0 = one end.
+  int claim_front_ctas = 0;
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
