@@ -825,9 +825,10 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_FALSE(decodes.dynamic_items);
   // Mixed steps at 32/8 heads: the CTAs claim their items where fixed rounds leave some of them far
   // more key tiles (H100, Version 38: 32 x 1 @ 8k + 2048 new 593 -> 486 us, 128 x 1 @ 1k + 2 x 1024
-  // on 1k 354 -> 290 us; from both ends, Version 39: 461 and 282 us), not where the rounds are even
-  // or the decodes' pages set the time (48 x 1 @ 2k + 2 x 512 on 1k 185 -> 195 us claimed, 96 x 1 @
-  // 4k + 4 x 256 on 2k, 64 x 1 @ 2k + 8 x 128 on 512: 0.96-0.99 x).
+  // on 1k 354 -> 290 us; from both ends, Version 39: 461 and 282 us) or where the decodes' pages set
+  // the time by far (Version 39: 96 x 1 @ 4k + 4 x 256 on 2k 1.007 x from both ends), not where the
+  // rounds are even (48 x 1 @ 2k + 2 x 512 on 1k 185 -> 195 us claimed from one end, 197 from both;
+  // 64 x 1 @ 2k + 8 x 128 on 512: 0.99 x).
   auto claims = [&](int decodes_n, int decode_ctx, int prefills_n, int prefill_ctx, int prefill_q) {
     std::vector<int32_t> ql, sl;
     for (int i = 0; i < decodes_n; ++i) {
@@ -849,7 +850,7 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_TRUE(claims(32, 8192, 1, 0, 2048));
   EXPECT_TRUE(claims(128, 1024, 2, 1024, 1024));
   EXPECT_FALSE(claims(48, 2048, 2, 1024, 512));
-  EXPECT_FALSE(claims(96, 4096, 4, 2048, 256));
+  EXPECT_TRUE(claims(96, 4096, 4, 2048, 256));  // the decodes' pages set the time by far
   EXPECT_FALSE(claims(64, 2048, 8, 512, 128));
   EXPECT_TRUE(claims(24, 1200, 1, 0, 384));  // scenarios/mixed_uneven_rounds.toml
   // At head sizes 64, 96 and 128 (256 runs one CTA per item: nothing to claim). (8 decodes at 4k +
@@ -857,6 +858,14 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   // of size 64, claimed 1.31 x faster than fixed rounds, H100, twenty-fourth session.)
   const std::vector<int32_t> q256 = {1, 1, 1, 1, 1, 1, 1, 1, 1024}, k256 = {4001, 4001, 4001, 4001, 4001, 4001, 4001, 4001, 1024};
   for (int d : {64, 96, 128}) EXPECT_TRUE(make_flash_attn_pass(q256, k256, true, 1, d, 16, 132, 0, all).dynamic_items) << d;
+  // 128 decodes at 1k + 2 x 1024 new on 1k at 32/32 heads of size 96: 4096 one-row decode items whose
+  // pages set the time; claimed from both ends 1.53 x faster than fixed rounds (Version 39).
+  std::vector<int32_t> q96(128, 1), k96(128, 1025);
+  q96.insert(q96.end(), {1024, 1024});
+  k96.insert(k96.end(), {2048, 2048});
+  const FlashAttnPass mixu96 = make_flash_attn_pass(q96, k96, true, 1, 96, 32, 132, 0, all);
+  EXPECT_TRUE(mixu96.dynamic_items);
+  EXPECT_GT(mixu96.claim_front_ctas, 0);
   EXPECT_FALSE(make_flash_attn_pass(q256, k256, true, 1, 256, 16, 132, 0, all).dynamic_items);
   // Where the kernel can claim at all (what ATTN_FA_SM90_DYNAMIC=1 forces): decode launches at 64-128.
   for (int d : {64, 96, 128, 192, 256})

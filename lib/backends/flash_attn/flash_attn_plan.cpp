@@ -59,7 +59,8 @@ namespace {
 // and 2.2 us, H100; Version 38), so fixed rounds that hand some CTAs many more tiles than others
 // end late. Neither can beat the decodes' pages read at the copy bandwidth, which about 0.65 x the
 // SMs streaming at once reach (35 GB/s each against 3 TB/s). Dynamic where that predicts >= 10 %
-// less time: claiming costs each item an atomic and balances worse where the tiles are even.
+// less time: claiming costs each item an atomic and balances worse where the tiles are even; and
+// where that floor exceeds the fixed rounds by far, which then ran slower than the model says.
 bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::vector<bool>& tile_is_decode,
                              int items_per_tile, int num_sms) {
   const int64_t items = static_cast<int64_t>(tile_keys.size()) * items_per_tile;
@@ -90,7 +91,14 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
     }
   }
   const double floor = static_cast<double>(decode_tiles) / (0.65 * std::max(num_sms, 1));
-  const double t_fixed = std::max(static_cast<double>(*std::max_element(fixed.begin(), fixed.end())), floor);
+  const double longest = static_cast<double>(*std::max_element(fixed.begin(), fixed.end()));
+  // Where the decodes' pages set the time by far, claimed from both ends (two items per CTA or
+  // more): fixed rounds ran 1.53 x slower than that on 128 decodes at 1k + 2 x 1024 on 1k at 32/32
+  // heads of size 96 (4096 one-row decode items, floor 1.28 x the longest CTA's tiles) and 1.008 x
+  // on 96 x 1 @ 4k + 4 x 256 on 2k at 32/8 heads of size 128 (1.26 x), H100, Version 39; 48 x 1 @ 2k
+  // + 2 x 512 on 1k (1.03 x) keeps its fixed rounds, which claims from either end lose to.
+  if (items >= 2 * static_cast<int64_t>(ctas) && floor >= 1.1 * longest) return true;
+  const double t_fixed = std::max(longest, floor);
   // Claims end no earlier than the mean load or the largest item: where even that is within 10 %
   // of the fixed rounds, the simulation below cannot say yes (most steps stop here).
   const double lower = std::max({static_cast<double>(total) / ctas, static_cast<double>(largest), floor});
