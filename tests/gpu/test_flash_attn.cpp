@@ -104,8 +104,9 @@ TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
 // the kernel's last CTA zeroes): 24 long decodes beside two short prefills (fixed rounds would be
 // uneven; items from the front only), and 24 decodes beside a new prompt at 32/8 heads, more than
 // two items per SM (claimed from both ends: prefill items from the front, decode items from the
-// back, until the ends meet). One instance runs each three times, so that later launches start from the counters
-// the one before left; the poisoned outputs fail any item left unclaimed or claimed twice.
+// back, until the ends meet). One instance runs each three times, so that later launches start
+// from the counters the one before left; the poisoned outputs fail any item left unclaimed or
+// claimed twice.
 TEST(FlashAttnGpu, MixedStepClaimsItems) {
   ATTN_REQUIRE_CUDA_DEVICE();
   struct Step {
