@@ -52,6 +52,10 @@ bool flash_attn_sm90_can_claim(const FlashAttnTiling& t, int head_size) {
 
 namespace {
 
+// The sm_90a kernel's key tiles (128 keys) of a work item with `keys` keys, at least one: the cost
+// both schedule estimates below give an item.
+int64_t item_key_tiles(int64_t keys) { return std::max<int64_t>((keys + 127) / 128, 1); }
+
 // Whether the persistent sm_90a kernel's CTAs should claim a mixed pass's work items as they go
 // (FlashAttnPass::dynamic_items) rather than take fixed rounds. Both schedules are simulated with
 // an item costing its key tiles (tile order as launched, items_per_tile consecutive items per tile:
@@ -66,7 +70,7 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
   const int64_t items = static_cast<int64_t>(tile_keys.size()) * items_per_tile;
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (ctas <= 0 || items <= ctas) return false;  // one item per CTA: nothing to balance
-  auto cost_of = [&](std::size_t t) { return std::max<int64_t>((tile_keys[t] + 127) / 128, 1); };
+  auto cost_of = [&](std::size_t t) { return item_key_tiles(tile_keys[t]); };
   // Fixed rounds: the kernel's snake (flash_fwd_sm90.cuh), CTA by CTA.
   std::vector<int64_t> fixed(static_cast<std::size_t>(ctas), 0);
   int64_t decode_tiles = 0, total = 0, largest = 0;
@@ -133,7 +137,7 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
 // pages under its prefill tiles. Both ends need items of their own beyond the CTAs' first ones.
 // ATTN_FA_SM90_TWO_ENDED=0 claims from the front only, as ATTN_FA_SM90_DYNAMIC=0 takes fixed
 // rounds (A/B timing); ATTN_FA_SM90_FRONT_CTAS=N forces N front CTAs.
-int claim_front_ctas(const std::vector<int64_t>& decode_keys, const std::vector<int64_t>& prefill_keys,
+int claim_front_ctas(const std::vector<int64_t>& tile_keys, const std::vector<bool>& tile_is_decode,
                      int items_per_tile, int num_sms) {
   static const bool enabled = [] {
     const char* two = std::getenv("ATTN_FA_SM90_TWO_ENDED");
@@ -144,16 +148,13 @@ int claim_front_ctas(const std::vector<int64_t>& decode_keys, const std::vector<
     const char* v = std::getenv("ATTN_FA_SM90_FRONT_CTAS");
     return v != nullptr ? std::max(std::atoi(v), 0) : 0;
   }();
-  const int64_t items = static_cast<int64_t>(decode_keys.size() + prefill_keys.size()) * items_per_tile;
+  const int64_t items = static_cast<int64_t>(tile_keys.size()) * items_per_tile;
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (!enabled || ctas < 2 || items < 2 * static_cast<int64_t>(ctas)) return 0;
   if (forced > 0) return std::min(forced, ctas - 1);
-  auto work = [&](const std::vector<int64_t>& keys, double us_per_tile) {
-    double w = 0;
-    for (const int64_t k : keys) w += static_cast<double>(std::max<int64_t>((k + 127) / 128, 1)) * us_per_tile;
-    return w * items_per_tile;
-  };
-  const double dw = work(decode_keys, 1.9), pw = work(prefill_keys, 2.2);
+  double dw = 0, pw = 0;  // the decodes' and the prefills' work per kv head and split, us
+  for (std::size_t t = 0; t < tile_keys.size(); ++t)
+    (tile_is_decode[t] ? dw : pw) += static_cast<double>(item_key_tiles(tile_keys[t])) * (tile_is_decode[t] ? 1.9 : 2.2);
   const int decode_ctas = std::clamp(static_cast<int>(std::lround(ctas * dw / (dw + pw))), 1, ctas - 1);
   return ctas - decode_ctas;
 }
@@ -220,16 +221,14 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     }
   }
   if (mixed && flash_attn_sm90_can_claim(pass.tiling, head_size)) {
-    std::vector<int64_t> keys, dec_keys, pre_keys;
+    std::vector<int64_t> keys;
     std::vector<bool> decode;
     for (const Tile& t : tiles) {
       keys.push_back(t.keys);
       decode.push_back(is_decode(t));
     }
     pass.dynamic_items = claim_items_dynamically(keys, decode, items_per_tile, num_sms);
-    for (const Tile& t : dec) dec_keys.push_back(t.keys);
-    for (const Tile& t : pre) pre_keys.push_back(t.keys);
-    if (pass.dynamic_items) pass.claim_front_ctas = claim_front_ctas(dec_keys, pre_keys, items_per_tile, num_sms);
+    if (pass.dynamic_items) pass.claim_front_ctas = claim_front_ctas(keys, decode, items_per_tile, num_sms);
     if (pass.claim_front_ctas > 0) {
       // Claimed from both ends: the prefill tiles longest first from the front, the decode tiles
       // longest first from the back.

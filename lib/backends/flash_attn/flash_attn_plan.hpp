@@ -18,8 +18,8 @@ struct FlashAttnPass {
   int kv_begin = 0;            // suffix pass: the prefix length
   bool cluster_merge = false;  // the splits merge in clusters (flash_attn_cluster_merge): no partials
   // sm_90a persistent kernel: the CTAs claim work items as they go (FlashAttnParams::work_counters)
-  // instead of taking fixed rounds. Mixed passes whose fixed rounds the planner predicts uneven
-  // (claim_items_dynamically in flash_attn_plan.cpp).
+  // instead of taking fixed rounds. Mixed passes whose fixed rounds the planner predicts uneven or
+  // far below the decodes' page floor (claim_items_dynamically in flash_attn_plan.cpp).
   bool dynamic_items = false;
   // Claimed from both ends (FlashAttnParams::claim_front_ctas): this many CTAs take the prefill
   // tiles' items from the front of the list, the others the decode tiles' from the back; 0 = one end.
