@@ -61,6 +61,7 @@
 #include <type_traits>
 
 #include "kernels/flash_attn/flash_attn_launch.hpp"  // sm90_block_m
+#include "kernels/flash_attn/sm90_trace.cuh"
 #include "kernels/flash_attn/flash_attn_params.hpp"
 #include "kernels/common/fast_div.hpp"
 #include "kernels/common/mbarrier.cuh"
@@ -341,6 +342,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   }
 
   __syncthreads();  // the barriers are initialised
+  if (tid == 0) ATTN_SM90_TRACE_CTA(false);
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
@@ -574,6 +576,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const Item item = item_of(w);
       const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
+      if (ctid == 0) {
+        ATTN_SM90_TRACE_AT(round, kTraceTiles, num_tiles);
+        ATTN_SM90_TRACE_AT(round, kTraceProducerItem, clock64());
+      }
       const int row = p.block_table_indptr ? p.block_table_indptr[seq] : seq * p.block_table_stride;
       // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
       // the producer waits for the stage so that the wait hides the load): lane l reads that of
@@ -664,7 +670,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
             fill_slot(u, src, true, src, true);
           }
         }
+        if (t == 0 && ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceProducerFirst, clock64());
       }
+      if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceProducerLast, clock64());
       done += num_tiles;
     }
     if constexpr (kFp8) {
@@ -705,6 +713,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     const int w = item_id(round);
     release_id(round);
     if (w >= num_work) break;
+    if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceItem, clock64());
     const Item item = item_of(w);
     const int kvh = item.kvh;
     const float k_descale = kFp8 && p.k_descale ? p.k_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
@@ -790,6 +799,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     if (!idle) {
       fence_proxy_async();
       named_bar_sync(kBarQ + wg, 128);  // the consumer's 64 rows of Q landed (each warp copied 16)
+      if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceQ, clock64());
     }
     const int warp_row0 = row0 + wg * 64 + warp * 16;  // first packed row of this warp
 
@@ -986,10 +996,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           if (maps.box_rows == 0 || (n_begin + 1) * kBlockN > seq_len) fence_proxy_async();
           float s[Tr::kAccS];
           named_bar_sync(kBarTurn + wg, 256);
+          if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceTurn, clock64());
           issue_qk(s, stage);
           named_bar_arrive(kBarTurn + other, 256);  // a P V follows: every consumer has another turn
           wgmma_wait<0>();
           fence_regs(s);
+          if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceFirstS, clock64());
           __syncwarp();
           if (lane == 0) mbar_arrive(empty_bar(stage));
           softmax(s, n_begin, corr);  // O is still zero: nothing to rescale
@@ -1053,6 +1065,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           if (pass_last) named_bar_arrive(kBarTurn + other, 256);
           wgmma_wait<0>();
           fence_regs(acc_o);
+          if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceLastPv, clock64());
           slot_waited = true;  // the slot holds the next item's first K: that item frees it
         }
       }
@@ -1154,8 +1167,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         }
       }
     }
+    if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceEnd, clock64());
     done += num_tiles;
   }
+  if (tid == 128) ATTN_SM90_TRACE_CTA(true);
 #endif
 }
 
@@ -1251,7 +1266,9 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.group = FastDivU32(static_cast<uint32_t>(p.num_q_heads / p.num_kv_heads));
   divs.splits = FastDivU32(static_cast<uint32_t>(p.num_splits));
   divs.heads_splits = FastDivU32(static_cast<uint32_t>(p.num_kv_heads * p.num_splits));
+  sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
+  sm90::trace_after_launch(stream, static_cast<int>(grid.x));
 }
 
 template <int kHeadDim, int kHeadDimV>

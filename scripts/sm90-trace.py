@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Where the sm_90a kernel's CTAs spend their time, item by item, from a trace that scripts/gpu-trace
+writes (a build with -DATTN_SM90_TRACE; file format: kernels/flash_attn/sm90_trace.cuh).
+
+    scripts/sm90-trace.py FILE.trace [--by-tiles]
+    scripts/sm90-trace.py --self-test
+
+Prints the launch's CTA spans, then per consumer the mean of each phase of an item in microseconds
+(the SM clock is calibrated against the global timer over each CTA's span):
+  q      item start -> its rows of Q landed
+  turn   -> it holds the turn for its first Q K^T          (overlapped schedule only)
+  s      -> the first S landed                             (overlapped schedule only)
+  tiles  -> the last P V completed                        (overlapped schedule only)
+  epi    -> the epilogue's stores issued
+  body   Q landed -> the epilogue's stores issued (key tiles and epilogue: the other schedules)
+and the share of the CTAs' time outside the key tiles' products (q + turn + s + epi; not shown
+where only body is known). --by-tiles splits the phases by the item's key-tile count, with the
+mean of tiles / key tiles.
+"""
+import struct
+import sys
+from collections import defaultdict
+
+PRODUCER_ITEM, CONSUMER0, CONSUMER_POINTS = 1, 4, 6  # kernels/flash_attn/sm90_trace.cuh
+ITEM, Q, TURN, FIRST_S, LAST_PV, END = range(6)
+PHASES = ("q", "turn", "s", "tiles", "epi", "body")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    ctas, rounds, points, grid = struct.unpack_from("<4i", data, 0)
+    n = ctas * rounds * points
+    stamps = struct.unpack_from(f"<{n}q", data, 16)
+    cta = struct.unpack_from(f"<{ctas * 4}q", data, 16 + 8 * n)
+    return ctas, rounds, points, grid, stamps, cta
+
+
+def items(trace):
+    """(cta, round, tiles, consumer, {phase: us}) per consumer item, and per-CTA (span us, GHz)."""
+    ctas, rounds, points, grid, stamps, cta = trace
+    out, spans = [], []
+    for c in range(min(ctas, grid)):
+        t0, k0, t1, k1 = cta[4 * c:4 * c + 4]
+        if t1 <= t0 or k1 <= k0:
+            continue
+        ghz = (k1 - k0) / (t1 - t0)
+        spans.append(((t1 - t0) / 1e3, ghz, t0, t1))
+        us = lambda v: (v - k0) / ghz / 1e3
+        for r in range(rounds):
+            base = (c * rounds + r) * points
+            tiles = stamps[base]
+            for wg in range((points - CONSUMER0) // CONSUMER_POINTS):
+                p = stamps[base + CONSUMER0 + CONSUMER_POINTS * wg:base + CONSUMER0 + CONSUMER_POINTS * (wg + 1)]
+                if p[ITEM] < 0 or p[END] < 0:
+                    continue
+                ph = {}
+                if p[Q] >= 0:
+                    ph["q"] = us(p[Q]) - us(p[ITEM])
+                if min(p[Q], p[TURN], p[FIRST_S], p[LAST_PV]) >= 0:
+                    ph["turn"] = us(p[TURN]) - us(p[Q])
+                    ph["s"] = us(p[FIRST_S]) - us(p[TURN])
+                    ph["tiles"] = us(p[LAST_PV]) - us(p[FIRST_S])
+                    ph["epi"] = us(p[END]) - us(p[LAST_PV])
+                elif p[Q] >= 0:
+                    ph["body"] = us(p[END]) - us(p[Q])
+                ph["item"] = us(p[END]) - us(p[ITEM])
+                out.append((c, r, tiles, wg, ph))
+    return out, spans
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def summary(trace, by_tiles=False):
+    rows, spans = items(trace)
+    lines = []
+    if not spans:
+        return ["no CTA of the launch was traced"]
+    span = [s[0] for s in spans]
+    starts, ends = [s[2] for s in spans], [s[3] for s in spans]
+    lines.append(f"CTAs {len(spans)}: span {min(span):.1f} / {mean(span):.1f} / {max(span):.1f} us (min / mean / max), "
+                 f"start skew {(max(starts) - min(starts)) / 1e3:.1f} us, end skew {(max(ends) - min(ends)) / 1e3:.1f} us, "
+                 f"SM clock {mean([s[1] for s in spans]):.3f} GHz")
+    for wg in sorted({r[3] for r in rows}):
+        mine = [r for r in rows if r[3] == wg]
+        per_cta = defaultdict(int)
+        for r in mine:
+            per_cta[r[0]] += 1
+        cols = " ".join(f"{k} {mean([r[4][k] for r in mine if k in r[4]]):.3f}" for k in PHASES if any(k in r[4] for r in mine))
+        share = ""
+        if all("tiles" in r[4] for r in mine):
+            outside = sum(sum(v for k, v in r[4].items() if k in ("q", "turn", "s", "epi")) for r in mine)
+            share = f"; outside the key tiles {outside / sum(span) * 100:.1f} % of the CTAs' time"
+        lines.append(f"consumer {wg}: {len(mine)} items ({min(per_cta.values())}-{max(per_cta.values())} per CTA); "
+                     f"mean us: {cols}{share}")
+        if by_tiles:
+            groups = defaultdict(list)
+            for r in mine:
+                groups[r[2]].append(r[4])
+            for n in sorted(groups):
+                g = groups[n]
+                cols = " ".join(f"{k} {mean([x[k] for x in g if k in x]):.3f}" for k in PHASES if any(k in x for x in g))
+                if n > 0 and any("tiles" in x for x in g):
+                    cols += f"; tiles / key tiles {mean([x['tiles'] for x in g if 'tiles' in x]) / n:.3f}"
+                lines.append(f"  {n:4d} key tiles x {len(g):5d}: {cols}")
+    return lines
+
+
+def self_test():
+    """A synthetic trace with known phases (1.5 GHz SM clock) must read back as written."""
+    ctas, rounds, points, grid = 4, 8, CONSUMER0 + 2 * CONSUMER_POINTS, 3
+    stamps = [-1] * (ctas * rounds * points)
+    cta = [0] * (ctas * 4)
+    ghz, phases = 1.5, {"q": 1.25, "turn": 0.25, "s": 0.5, "tiles": 3.0, "epi": 2.0}
+    for c in range(grid):
+        t = 1000.0  # us on the SM clock's start
+        cta[4 * c:4 * c + 2] = [10_000_000, int(t * 1e3 * ghz)]
+        for r in range(3):
+            base = (c * rounds + r) * points
+            stamps[base] = 4
+            stamps[base + PRODUCER_ITEM] = int(t * 1e3 * ghz)
+            for wg in range(2):
+                clock, o = t, base + CONSUMER0 + CONSUMER_POINTS * wg
+                stamps[o + ITEM] = int(clock * 1e3 * ghz)
+                for point, name in ((Q, "q"), (TURN, "turn"), (FIRST_S, "s"), (LAST_PV, "tiles"), (END, "epi")):
+                    clock += phases[name]
+                    stamps[o + point] = int(clock * 1e3 * ghz)
+            t = clock
+        cta[4 * c + 2:4 * c + 4] = [10_000_000 + int((t - 1000.0) * 1e3), int(t * 1e3 * ghz)]
+    rows, spans = items((ctas, rounds, points, grid, stamps, cta))
+    assert len(spans) == grid and len(rows) == grid * 3 * 2, (len(spans), len(rows))
+    for name, want in phases.items():
+        got = mean([r[4][name] for r in rows])
+        assert abs(got - want) < 1e-3, (name, got, want)
+    assert abs(mean([s[1] for s in spans]) - ghz) < 1e-6
+    text = "\n".join(summary((ctas, rounds, points, grid, stamps, cta), by_tiles=True))
+    assert "outside the key tiles 57.1 %" in text, text  # (1.25+0.25+0.5+2)/7 per consumer
+    print("sm90-trace self-test: ok")
+    return 0
+
+
+def main():
+    args = sys.argv[1:]
+    if args == ["--self-test"]:
+        return self_test()
+    if not args or args[0].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    for line in summary(read(args[0]), by_tiles="--by-tiles" in args):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
