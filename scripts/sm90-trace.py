@@ -2,7 +2,7 @@
 """Where the sm_90a kernel's CTAs spend their time, item by item, from a trace that scripts/gpu-trace
 writes (a build with -DATTN_SM90_TRACE; file format: kernels/flash_attn/sm90_trace.cuh).
 
-    scripts/sm90-trace.py FILE.trace [--by-tiles]
+    scripts/sm90-trace.py FILE.trace [--by-tiles] [--cta N]
     scripts/sm90-trace.py --self-test
 
 Prints the launch's CTA spans, then per consumer the mean of each phase of an item in microseconds
@@ -14,8 +14,10 @@ Prints the launch's CTA spans, then per consumer the mean of each phase of an it
   epi    -> the epilogue's stores issued
   body   Q landed -> the epilogue's stores issued (key tiles and epilogue: the other schedules)
 and the share of the CTAs' time outside the key tiles' products (q + turn + s + epi; not shown
-where only body is known). --by-tiles splits the phases by the item's key-tile count, with the
-mean of tiles / key tiles.
+where only body is known), and of the time that every consumer spends there at once (then only a
+first Q K^T can keep the tensor cores busy). --by-tiles splits the phases by the item's key-tile
+count, with the mean of tiles / key tiles; --cta N lists CTA N's items, each consumer's phases
+side by side, from the CTA's start.
 """
 import struct
 import sys
@@ -65,12 +67,50 @@ def items(trace):
                 elif p[Q] >= 0:
                     ph["body"] = us(p[END]) - us(p[Q])
                 ph["item"] = us(p[END]) - us(p[ITEM])
+                # Outside the key tiles, from the CTA's start: [start, first S) and [last P V, end).
+                if "tiles" in ph:
+                    ph["_out"] = [(us(p[ITEM]), us(p[FIRST_S])), (us(p[LAST_PV]), us(p[END]))]
+                ph["_at"] = us(p[ITEM])
                 out.append((c, r, tiles, wg, ph))
     return out, spans
 
 
 def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+def overlap(a, b):
+    """Total length of the intersection of two lists of disjoint intervals."""
+    total, i, j = 0.0, 0, 0
+    a, b = sorted(a), sorted(b)
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def all_outside(rows, spans):
+    """Share of the traced CTAs' time in which every consumer is outside its key tiles (None
+    where a consumer's items lack the overlapped schedule's stamps)."""
+    per = defaultdict(lambda: defaultdict(list))
+    for c, _, _, wg, ph in rows:
+        if "_out" not in ph:
+            return None
+        per[c][wg].extend(ph["_out"])
+    both = 0.0
+    for c, by_wg in per.items():
+        sets = list(by_wg.values())
+        if len(sets) < 2:
+            return None
+        common = sets[0]
+        for other in sets[1:]:
+            common = [(max(x[0], y[0]), min(x[1], y[1])) for x in common for y in other if min(x[1], y[1]) > max(x[0], y[0])]
+        both += sum(hi - lo for lo, hi in common)
+    return both / sum(s[0] for s in spans)
 
 
 def summary(trace, by_tiles=False):
@@ -83,6 +123,9 @@ def summary(trace, by_tiles=False):
     lines.append(f"CTAs {len(spans)}: span {min(span):.1f} / {mean(span):.1f} / {max(span):.1f} us (min / mean / max), "
                  f"start skew {(max(starts) - min(starts)) / 1e3:.1f} us, end skew {(max(ends) - min(ends)) / 1e3:.1f} us, "
                  f"SM clock {mean([s[1] for s in spans]):.3f} GHz")
+    shared = all_outside(rows, spans)
+    if shared is not None:
+        lines.append(f"every consumer outside its key tiles at once: {shared * 100:.1f} % of the CTAs' time")
     for wg in sorted({r[3] for r in rows}):
         mine = [r for r in rows if r[3] == wg]
         per_cta = defaultdict(int)
@@ -105,6 +148,23 @@ def summary(trace, by_tiles=False):
                 if n > 0 and any("tiles" in x for x in g):
                     cols += f"; tiles / key tiles {mean([x['tiles'] for x in g if 'tiles' in x]) / n:.3f}"
                 lines.append(f"  {n:4d} key tiles x {len(g):5d}: {cols}")
+    return lines
+
+
+def cta_listing(trace, cta):
+    """CTA `cta`'s items: per round, each consumer's start (us from the CTA's start) and phases."""
+    rows, _ = items(trace)
+    mine = sorted((r for r in rows if r[0] == cta), key=lambda r: (r[1], r[3]))
+    if not mine:
+        return [f"CTA {cta} was not traced"]
+    lines = [f"CTA {cta}: round, key tiles, then per consumer its start and phases (us)"]
+    for rnd in sorted({r[1] for r in mine}):
+        cols = []
+        for r in (x for x in mine if x[1] == rnd):
+            ph = r[4]
+            cols.append(f"c{r[3]} @{ph['_at']:8.2f} " + " ".join(f"{k} {ph[k]:.2f}" for k in PHASES if k in ph))
+        tiles = next(x[2] for x in mine if x[1] == rnd)
+        lines.append(f"  {rnd:3d} {tiles:4d}  " + " | ".join(cols))
     return lines
 
 
@@ -137,6 +197,11 @@ def self_test():
     assert abs(mean([s[1] for s in spans]) - ghz) < 1e-6
     text = "\n".join(summary((ctas, rounds, points, grid, stamps, cta), by_tiles=True))
     assert "outside the key tiles 57.1 %" in text, text  # (1.25+0.25+0.5+2)/7 per consumer
+    # Both consumers run the same phases at the same times: all of it at once.
+    assert "outside its key tiles at once: 57.1 %" in text, text
+    assert overlap([(0, 2), (5, 7)], [(1, 6)]) == 2.0
+    listing = cta_listing((ctas, rounds, points, grid, stamps, cta), 1)
+    assert len(listing) == 4 and "c1 @" in listing[1], listing
     print("sm90-trace self-test: ok")
     return 0
 
@@ -148,8 +213,12 @@ def main():
     if not args or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    for line in summary(read(args[0]), by_tiles="--by-tiles" in args):
+    trace = read(args[0])
+    for line in summary(trace, by_tiles="--by-tiles" in args):
         print(line)
+    if "--cta" in args:
+        for line in cta_listing(trace, int(args[args.index("--cta") + 1])):
+            print(line)
     return 0
 
 
