@@ -79,20 +79,6 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def overlap(a, b):
-    """Total length of the intersection of two lists of disjoint intervals."""
-    total, i, j = 0.0, 0, 0
-    a, b = sorted(a), sorted(b)
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def all_outside(rows, spans):
     """Share of the traced CTAs' time in which every consumer is outside its key tiles (None
     where a consumer's items lack the overlapped schedule's stamps)."""
@@ -199,7 +185,6 @@ def self_test():
     assert "outside the key tiles 57.1 %" in text, text  # (1.25+0.25+0.5+2)/7 per consumer
     # Both consumers run the same phases at the same times: all of it at once.
     assert "outside its key tiles at once: 57.1 %" in text, text
-    assert overlap([(0, 2), (5, 7)], [(1, 6)]) == 2.0
     listing = cta_listing((ctas, rounds, points, grid, stamps, cta), 1)
     assert len(listing) == 4 and "c1 @" in listing[1], listing
     print("sm90-trace self-test: ok")
