@@ -52,6 +52,17 @@ bool flash_attn_sm90_can_claim(const FlashAttnTiling& t, int head_size) {
 
 namespace {
 
+// ATTN_FA_SM90_DYNAMIC=1 / 0: every main pass whose kernel can claim its items does / none does
+// (A/B timing of the two schedules, plan_flash_attn); -1 (unset) keeps the rule. Read once, here,
+// so that the tile order (claim_front_ctas) and the schedule agree on any value.
+int sm90_dynamic_override() {
+  static const int forced = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_DYNAMIC");
+    return v != nullptr ? std::atoi(v) : -1;
+  }();
+  return forced;
+}
+
 // The sm_90a kernel's key tiles (128 keys) of a work item with `keys` keys, at least one: the cost
 // both schedule estimates below give an item.
 int64_t item_key_tiles(int64_t keys) { return std::max<int64_t>((keys + 127) / 128, 1); }
@@ -141,8 +152,7 @@ int claim_front_ctas(const std::vector<int64_t>& tile_keys, const std::vector<bo
                      int items_per_tile, int num_sms) {
   static const bool enabled = [] {
     const char* two = std::getenv("ATTN_FA_SM90_TWO_ENDED");
-    const char* dyn = std::getenv("ATTN_FA_SM90_DYNAMIC");  // 0: fixed rounds (plan_flash_attn)
-    return (two == nullptr || std::string(two) != "0") && (dyn == nullptr || std::string(dyn) != "0");
+    return (two == nullptr || std::string(two) != "0") && sm90_dynamic_override() != 0;
   }();
   static const int forced = [] {
     const char* v = std::getenv("ATTN_FA_SM90_FRONT_CTAS");
@@ -281,12 +291,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
     return v != nullptr ? std::clamp(std::atoi(v), 0, kMaxSplits) : 0;
   }();
   if (forced_splits > 0) s.main.num_splits = forced_splits;
-  // ATTN_FA_SM90_DYNAMIC=1 / 0: every main pass whose kernel can claim its items does / none does
-  // (A/B timing of the two schedules); unset keeps the rule.
-  static const int forced_dynamic = [] {
-    const char* v = std::getenv("ATTN_FA_SM90_DYNAMIC");
-    return v != nullptr ? std::atoi(v) : -1;
-  }();
+  const int forced_dynamic = sm90_dynamic_override();
   if (forced_dynamic >= 0)
     s.main.dynamic_items = forced_dynamic > 0 && flash_attn_sm90_can_claim(s.main.tiling, spec.head_size_qk);
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
