@@ -29,13 +29,19 @@ PHASES = ("q", "turn", "s", "tiles", "epi", "body")
 
 
 def read(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    ctas, rounds, points, grid = struct.unpack_from("<4i", data, 0)
-    n = ctas * rounds * points
-    stamps = struct.unpack_from(f"<{n}q", data, 16)
-    cta = struct.unpack_from(f"<{ctas * 4}q", data, 16 + 8 * n)
-    return ctas, rounds, points, grid, stamps, cta
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SystemExit(f"sm90-trace: cannot read {path}: {e.strerror}")
+    if len(data) >= 16:
+        ctas, rounds, points, grid = struct.unpack_from("<4i", data, 0)
+        n = ctas * rounds * points
+        if min(ctas, rounds, points, grid) > 0 and len(data) == 16 + 8 * (n + 4 * ctas):
+            stamps = struct.unpack_from(f"<{n}q", data, 16)
+            cta = struct.unpack_from(f"<{ctas * 4}q", data, 16 + 8 * n)
+            return ctas, rounds, points, grid, stamps, cta
+    raise SystemExit(f"sm90-trace: {path} is not a whole trace ({len(data)} bytes): write it again with scripts/gpu-trace")
 
 
 def items(trace):
