@@ -204,11 +204,18 @@ def main():
     if not args or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
+    cta = None
+    if "--cta" in args:
+        i = args.index("--cta")
+        if i + 1 >= len(args) or not args[i + 1].isdigit():
+            print("sm90-trace: --cta takes a CTA index (0, 1, ...)", file=sys.stderr)
+            return 2
+        cta = int(args[i + 1])
     trace = read(args[0])
     for line in summary(trace, by_tiles="--by-tiles" in args):
         print(line)
-    if "--cta" in args:
-        for line in cta_listing(trace, int(args[args.index("--cta") + 1])):
+    if cta is not None:
+        for line in cta_listing(trace, cta):
             print(line)
     return 0
 
