@@ -11,7 +11,10 @@ Prints the launch's CTA spans, then per consumer the mean of each phase of an it
   turn   -> it holds the turn for its first Q K^T          (overlapped schedule only)
   s      -> the first S landed                             (overlapped schedule only)
   tiles  -> the last P V completed                        (overlapped schedule only)
-  epi    -> the epilogue's stores issued
+  epi    -> the epilogue's stores issued, in three parts where stamped:
+    fields   -> the epilogue has the item's fields again
+    rows     -> the rows' ends are done and their O staged
+    stores   -> the stores issued
   body   Q landed -> the epilogue's stores issued (key tiles and epilogue: the other schedules)
 and the share of the CTAs' time outside the key tiles' products (q + turn + s + epi; not shown
 where only body is known), and of the time that every consumer spends there at once (then only a
@@ -23,9 +26,9 @@ import struct
 import sys
 from collections import defaultdict
 
-PRODUCER_ITEM, CONSUMER0, CONSUMER_POINTS = 1, 4, 6  # kernels/flash_attn/sm90_trace.cuh
-ITEM, Q, TURN, FIRST_S, LAST_PV, END = range(6)
-PHASES = ("q", "turn", "s", "tiles", "epi", "body")
+PRODUCER_ITEM, CONSUMER0, CONSUMER_POINTS = 1, 4, 8  # kernels/flash_attn/sm90_trace.cuh
+ITEM, Q, TURN, FIRST_S, LAST_PV, END, EPI_FIELDS, EPI_ROWS = range(8)
+PHASES = ("q", "turn", "s", "tiles", "epi", "fields", "rows", "stores", "body")
 
 
 def read(path):
@@ -70,6 +73,10 @@ def items(trace):
                     ph["s"] = us(p[FIRST_S]) - us(p[TURN])
                     ph["tiles"] = us(p[LAST_PV]) - us(p[FIRST_S])
                     ph["epi"] = us(p[END]) - us(p[LAST_PV])
+                    if min(p[EPI_FIELDS], p[EPI_ROWS]) >= 0:
+                        ph["fields"] = us(p[EPI_FIELDS]) - us(p[LAST_PV])
+                        ph["rows"] = us(p[EPI_ROWS]) - us(p[EPI_FIELDS])
+                        ph["stores"] = us(p[END]) - us(p[EPI_ROWS])
                 elif p[Q] >= 0:
                     ph["body"] = us(p[END]) - us(p[Q])
                 ph["item"] = us(p[END]) - us(p[ITEM])
@@ -165,7 +172,7 @@ def self_test():
     ctas, rounds, points, grid = 4, 8, CONSUMER0 + 2 * CONSUMER_POINTS, 3
     stamps = [-1] * (ctas * rounds * points)
     cta = [0] * (ctas * 4)
-    ghz, phases = 1.5, {"q": 1.25, "turn": 0.25, "s": 0.5, "tiles": 3.0, "epi": 2.0}
+    ghz, phases = 1.5, {"q": 1.25, "turn": 0.25, "s": 0.5, "tiles": 3.0, "fields": 0.5, "rows": 1.0, "stores": 0.5}
     for c in range(grid):
         t = 1000.0  # us on the SM clock's start
         cta[4 * c:4 * c + 2] = [10_000_000, int(t * 1e3 * ghz)]
@@ -176,14 +183,15 @@ def self_test():
             for wg in range(2):
                 clock, o = t, base + CONSUMER0 + CONSUMER_POINTS * wg
                 stamps[o + ITEM] = int(clock * 1e3 * ghz)
-                for point, name in ((Q, "q"), (TURN, "turn"), (FIRST_S, "s"), (LAST_PV, "tiles"), (END, "epi")):
+                for point, name in ((Q, "q"), (TURN, "turn"), (FIRST_S, "s"), (LAST_PV, "tiles"), (EPI_FIELDS, "fields"),
+                                    (EPI_ROWS, "rows"), (END, "stores")):
                     clock += phases[name]
                     stamps[o + point] = int(clock * 1e3 * ghz)
             t = clock
         cta[4 * c + 2:4 * c + 4] = [10_000_000 + int((t - 1000.0) * 1e3), int(t * 1e3 * ghz)]
     rows, spans = items((ctas, rounds, points, grid, stamps, cta))
     assert len(spans) == grid and len(rows) == grid * 3 * 2, (len(spans), len(rows))
-    for name, want in phases.items():
+    for name, want in list(phases.items()) + [("epi", 2.0)]:
         got = mean([r[4][name] for r in rows])
         assert abs(got - want) < 1e-3, (name, got, want)
     assert abs(mean([s[1] for s in spans]) - ghz) < 1e-6

@@ -1102,6 +1102,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const Item ep = item_of(w);
       const int q_start = ep.q_start, q_len = ep.q_len, kvh = ep.kvh, split = ep.split;
       const int warp_row0 = ep.row0 + wg * 64 + warp * 16;
+      // (a condition on the loaded fields, always true, so that the stamp waits for the loads)
+      if (ctid == 0 && ep.tk.n_end >= 0 && ep.q_start >= 0)
+        ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceEpiFields, clock64());
       // ---- epilogue from registers: each quad owns whole rows ----
       // The model-dtype O leaves through shared memory: each warp writes its 16 rows into its own rows
       // of the Q buffer (this consumer's Q K^T are done, and the warp loads its rows of the next
@@ -1145,6 +1148,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
         }
       }
+      if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceEpiRows, clock64());
       if (staged) {
         // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
         // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.

@@ -34,6 +34,8 @@ enum TraceConsumerPoint : int {
   kTraceFirstS,    // the first S landed
   kTraceLastPv,    // the last P V completed
   kTraceEnd,       // the epilogue's stores are issued
+  kTraceEpiFields, // the epilogue has the item's fields (after the last P V)
+  kTraceEpiRows,   // the epilogue's row ends are done and its rows staged (before the stores)
   kTraceConsumerPoints,
 };
 constexpr int kTraceCtas = 160, kTraceRounds = 64, kTracePoints = kTraceConsumer0 + 3 * kTraceConsumerPoints;
