@@ -212,6 +212,19 @@ void BM_FlashAttnPlanMixed(benchmark::State& state) {
 }
 BENCHMARK(BM_FlashAttnPlanMixed)->Arg(16)->Arg(48)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
+// The balanced fixed rounds of an sm_90a prefill pass (balance_fixed_rounds), host only: range(0)
+// causal prefills of range(1) tokens, 32/8 heads of size 128, 132 SMs (8 x 1k: 2048 work items).
+void BM_FlashAttnBalanceRounds(benchmark::State& state) {
+  const std::vector<int32_t> lens(static_cast<std::size_t>(state.range(0)), static_cast<int32_t>(state.range(1)));
+  FlashAttnPass pass = make_flash_attn_pass(lens, lens, true, 4, 128, 8, 132, 0, Sm90Passes::prefills, nullptr);
+  for (auto _ : state) {
+    balance_fixed_rounds(pass, 8, 128, 132);
+    benchmark::DoNotOptimize(pass.work_order.data());
+  }
+  state.counters["items"] = static_cast<double>(pass.num_tiles()) * 8;
+}
+BENCHMARK(BM_FlashAttnBalanceRounds)->Args({8, 1024})->Args({1, 16384})->Args({32, 4096})->Unit(benchmark::kMicrosecond);
+
 // ---- FLASHMLA decode: the kernel alone (+ combine) and the whole path ------------------------
 
 #if defined(ATTN_WITH_CUDA)

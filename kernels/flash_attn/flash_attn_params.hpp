@@ -86,6 +86,13 @@ struct FlashAttnParams {
   // the others from the back, until the ends meet (a mixed pass: prefill tiles first, decode tiles
   // last, so that both kinds run side by side); 0 = every CTA from the front.
   int claim_front_ctas = 0;
+  // Fixed rounds (work_counters null): CTA b's item of round r is work_order[b * work_rounds + r]
+  // (num_tiles * num_kv_heads * num_splits or more: none), a list the planner balanced by each
+  // item's cost (balance_fixed_rounds in flash_attn_plan.cpp), made for a grid of work_ctas CTAs;
+  // nullptr (or another grid): the kernel's snake of rounds. sm_90a persistent kernel only.
+  const int32_t* work_order = nullptr;  // [work_ctas, work_rounds]
+  int work_rounds = 0;
+  int work_ctas = 0;
 };
 
 }  // namespace attn

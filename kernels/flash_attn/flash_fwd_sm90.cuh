@@ -152,9 +152,13 @@ struct Sm90Traits {
   static constexpr int kIdSlots = 8;
   // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], then the ids.
   static constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * kIdSlots * 8 + kIdSlots * 4;
+  // Fixed rounds from the planner's list (FlashAttnParams::work_order): the CTA's first kOrderSlots
+  // item ids, copied into shared memory at its start (read from global memory at every item start,
+  // each would cost the item an L2 round trip: a CTA's ids are a column of the list).
+  static constexpr int kOrderSlots = kPersistent<kHeadDim> ? 128 : 0;
   // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
   // stages) + barriers + alignment slack.
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + kOrderSlots * 4 + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kDimVPad / 2;  // O accumulators per thread (the unused dims' too)
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
@@ -235,6 +239,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   auto id_full_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + slot); };
   auto id_empty_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + Tr::kIdSlots + slot); };
   int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + 8 * (2 * kStages + 2 * Tr::kIdSlots));
+  int* sOrder = sIds + Tr::kIdSlots;  // [kOrderSlots] this CTA's items of the planner's list
 
   const int tid = threadIdx.x;
   const int role = tid / 128;          // 0: producer, 1 + c: consumer c
@@ -251,9 +256,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // the tiles most keys first. Both roles walk the same items and count key tiles across them, so
   // the ring's stages and phases carry on from one item to the next and the producer loads the
   // next item's K/V under this one's last tiles. Which items a CTA takes:
-  // - static (p.work_counters null): in round r CTA b takes item r * gridDim.x + b, or +
-  //   (gridDim.x - 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of one
-  //   round gets one of the lightest of the next);
+  // - static (p.work_counters null): in round r CTA b takes item p.work_order[b][r], where the
+  //   planner balanced the CTAs' items by their cost (prefill passes), else item r * gridDim.x + b,
+  //   or + (gridDim.x - 1 - b) in odd rounds (a snake, so that the CTA with the heaviest item of
+  //   one round gets one of the lightest of the next);
   // - dynamic: each CTA claims the next unclaimed item when it starts one, so that a CTA whose
   //   items ran short takes more of them (the planner's choice, flash_attn_plan.cpp). The list is
   //   claimed from both ends: CTAs b < F (F = p.claim_front_ctas, or all of them) start with item
@@ -282,7 +288,17 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     const int b = static_cast<int>(old >> 32) + static_cast<int>(gridDim.x) - front_ctas;
     return f + b >= num_work ? num_work : front ? f : num_work - 1 - b;
   };
+  // Fixed rounds from the planner's list where it was made for this grid, else the snake. Prefill
+  // launches only: the planner lists no pass with decodes (in the decode launches' loop the list
+  // made ptxas spill 8 bytes).
+  const bool listed = kPersistent<kHeadDim> && !kDecodes && p.work_order != nullptr && p.work_counters == nullptr &&
+                      p.work_ctas == static_cast<int>(gridDim.x);
   auto work_of = [&](int round) {
+    if (listed) {
+      if (round >= p.work_rounds) return num_work;
+      return round < Tr::kOrderSlots ? sOrder[round]
+                                     : p.work_order[static_cast<int64_t>(blockIdx.x) * p.work_rounds + round];
+    }
     const int b = round % 2 == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
     return round * static_cast<int>(gridDim.x) + b;
   };
@@ -341,7 +357,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       publish_id(0, front ? static_cast<int>(blockIdx.x) : num_work - 1 - (static_cast<int>(blockIdx.x) - front_ctas));
   }
 
-  __syncthreads();  // the barriers are initialised
+  if (listed) {
+    for (int i = tid; i < min(p.work_rounds, Tr::kOrderSlots); i += Tr::kThreads)
+      sOrder[i] = p.work_order[static_cast<int64_t>(blockIdx.x) * p.work_rounds + i];
+  }
+  __syncthreads();  // the barriers are initialised (and the listed items copied)
   if (tid == 0) ATTN_SM90_TRACE_CTA(false);
 
   if (role == 0) {

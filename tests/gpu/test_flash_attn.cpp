@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -514,6 +515,21 @@ TEST(FlashAttnSm90, BlockSizesNotDividingTheTile) {
   }
 }
 
+// Many short prefills (16 ragged ones of 512-612 tokens, 8/2 heads of size 128: 572 work items on
+// 132 SMs), which the kernel's snake of fixed rounds leaves uneven, so the planner lists each CTA's
+// items (balance_fixed_rounds, "rounds=balanced" on a 132-SM device): every row written and right.
+TEST(FlashAttnSm90, BalancedFixedRounds) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(8, 2, 128)};
+  for (int i = 0; i < 16; ++i) c.requests.push_back({0, 512 + (i * 37) % 101});
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (pass_uses_sm90(c.spec, c.requests) && sms == 132)
+    EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
+}
+
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(28, 4, 128, DType::f16, 32)};
@@ -895,6 +911,83 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_TRUE(hd64_mixed.tiling.sm90_tiles);
   EXPECT_EQ(hd64_mixed.tiling.block_m, 128);
   EXPECT_EQ(hd64_mixed.num_tiles(), 4 + 1);
+}
+
+// The fixed rounds of an sm_90a prefill pass, balanced by the planner: every item once, each CTA's
+// cost (2.75 + its key tiles per item) within one item of every other's, below the kernel's snake.
+TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
+  const std::vector<int32_t> q(8, 1024);  // 8 x 1k causal, 32/8 heads: 256 tiles x 8 kv heads
+  FlashAttnPass pass = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
+  ASSERT_TRUE(pass.tiling.sm90_tiles);
+  ASSERT_EQ(pass.num_tiles(), 256);
+  ASSERT_EQ(pass.num_splits, 1);
+  balance_fixed_rounds(pass, 8, 128, 132);
+  const int items = 256 * 8;
+  ASSERT_EQ(pass.work_ctas, 132);
+  ASSERT_EQ(pass.work_rounds, 16);  // 2048 items: 15 or 16 per CTA
+  ASSERT_EQ(pass.work_order.size(), 132u * 16u);
+  auto cost = [&](int w) { return 2.75 + static_cast<double>((pass.tile_keys[static_cast<size_t>(w / 8)] + 127) / 128); };
+  std::vector<int> seen(items, 0);
+  std::vector<double> load(132, 0.0);
+  for (int b = 0; b < 132; ++b) {
+    double last = 1e9;
+    bool ended = false;
+    for (int r = 0; r < 16; ++r) {
+      const int w = pass.work_order[static_cast<size_t>(b * 16 + r)];
+      if (w >= items) {  // none left: the rest of the column too
+        ended = true;
+        continue;
+      }
+      ASSERT_FALSE(ended) << "CTA " << b << " round " << r;
+      ASSERT_GE(w, 0);
+      ++seen[static_cast<size_t>(w)];
+      EXPECT_LE(cost(w), last) << "CTA " << b << " takes its items heaviest first";
+      last = cost(w);
+      load[static_cast<size_t>(b)] += cost(w);
+    }
+  }
+  for (int w = 0; w < items; ++w) ASSERT_EQ(seen[static_cast<size_t>(w)], 1) << "item " << w;
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, 2.75 + 8);  // within the largest item
+  // The snake: round r's items r * 132 .. to CTAs 0.. (odd rounds from the far end).
+  std::vector<double> snake(132, 0.0);
+  for (int w = 0; w < items; ++w) {
+    const int r = w / 132, k = w % 132;
+    snake[static_cast<size_t>(r % 2 == 0 ? k : 131 - k)] += cost(w);
+  }
+  EXPECT_LE(*hi, *std::max_element(snake.begin(), snake.end()) - 2.0);  // 114 against 116 key tiles
+
+  // Splits cut each tile's key tiles: every (tile, kv head, split) once.
+  FlashAttnPass split = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
+  split.num_splits = 2;
+  balance_fixed_rounds(split, 8, 128, 132);
+  ASSERT_FALSE(split.work_order.empty());
+  const int split_items = split.num_tiles() * 8 * 2;
+  std::vector<int> split_seen(static_cast<size_t>(split_items), 0);
+  for (int32_t w : split.work_order)
+    if (w < split_items) ++split_seen[static_cast<size_t>(w)];
+  EXPECT_EQ(std::count(split_seen.begin(), split_seen.end(), 1), split_items);
+
+  // Left to the kernel's snake: a pass it already balances (2 x 4k: its longest CTA within 0.5 %
+  // of the mean), head size 256 (one CTA per item), claimed items, a decode-sized sequence, and no
+  // more items than CTAs.
+  FlashAttnPass even = make_flash_attn_pass({4096, 4096}, {4096, 4096}, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
+  balance_fixed_rounds(even, 8, 128, 132);
+  EXPECT_TRUE(even.work_order.empty());
+  FlashAttnPass hd256 = make_flash_attn_pass(q, q, true, 1, 256, 16, 132, 0, Sm90Passes::prefills);
+  balance_fixed_rounds(hd256, 16, 256, 132);
+  EXPECT_TRUE(hd256.work_order.empty());
+  FlashAttnPass claimed = pass;
+  claimed.dynamic_items = true;
+  balance_fixed_rounds(claimed, 8, 128, 132);
+  EXPECT_TRUE(claimed.work_order.empty());
+  FlashAttnPass mixed = make_flash_attn_pass({1024, 1}, {1024, 2048}, true, 4, 128, 8, 132, 0, Sm90Passes::all);
+  ASSERT_TRUE(mixed.tiling.small_seqs);
+  balance_fixed_rounds(mixed, 8, 128, 132);
+  EXPECT_TRUE(mixed.work_order.empty());
+  FlashAttnPass few = make_flash_attn_pass({64}, {64}, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
+  balance_fixed_rounds(few, 8, 128, 132);
+  EXPECT_TRUE(few.work_order.empty());
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ class FlashAttnInstance final : public BackendInstance {
       pre.split_cluster = 0;
       pre.work_counters = nullptr;
       pre.claim_front_ctas = 0;
+      pre.work_order = nullptr;  // the main pass's list
+      pre.work_rounds = pre.work_ctas = 0;
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -160,6 +162,9 @@ class FlashAttnInstance final : public BackendInstance {
   void upload_schedule() {
     const auto& main = schedule_.main.tiles;
     if (!main.empty()) tiles_.upload_async(main.data(), main.size() * sizeof(int32_t), stream_);
+    const auto& order = schedule_.main.work_order;
+    if (order.size() * sizeof(int32_t) > work_order_.bytes()) work_order_ = DeviceBuffer(order.size() * sizeof(int32_t));
+    if (!order.empty()) work_order_.upload_async(order.data(), order.size() * sizeof(int32_t), stream_);
     if (schedule_.cascade) {
       const auto& pre = schedule_.prefix.tiles;
       prefix_host_ = {0, static_cast<int32_t>(batch_.num_tokens()), schedule_.prefix_len};
@@ -211,6 +216,9 @@ class FlashAttnInstance final : public BackendInstance {
     p.split_cluster = schedule_.main.cluster_merge ? 1 : 0;
     p.work_counters = schedule_.main.dynamic_items ? work_counters_.as<int32_t>() : nullptr;
     p.claim_front_ctas = schedule_.main.claim_front_ctas;
+    p.work_order = schedule_.main.work_order.empty() ? nullptr : work_order_.as<int32_t>();
+    p.work_rounds = schedule_.main.work_rounds;
+    p.work_ctas = schedule_.main.work_ctas;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;
@@ -254,6 +262,7 @@ class FlashAttnInstance final : public BackendInstance {
   DeviceBuffer prefix_tiles_;     // [num_tiles, 2] cascade prefix pass
   DeviceBuffer prefix_meta_;      // {0, num_tokens, prefix_len}
   DeviceBuffer work_counters_;    // [3] the dynamic schedule's counters (FlashAttnParams::work_counters)
+  DeviceBuffer work_order_;       // [work_ctas, work_rounds] the main pass's balanced rounds
 };
 
 class FlashAttnBackend final : public Backend {

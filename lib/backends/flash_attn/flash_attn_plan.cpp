@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <queue>
+#include <utility>
 
 namespace attn {
 
@@ -250,8 +252,98 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   for (const Tile& t : tiles) {
     pass.tiles.push_back(t.seq);
     pass.tiles.push_back(t.m_block);
+    pass.tile_keys.push_back(t.keys);
   }
   return pass;
+}
+
+// An item's cost outside its key tiles, in quarter key tiles (11 = 2.75 key tiles): ~4.7 us of Q,
+// first product and epilogue against ~1.7 us per key tile (the item timeline of 8 x 1k and 2 x 4k,
+// hd128, H100; Versions 40-41).
+constexpr int64_t kFixedRoundsItemQuarters = 11;
+
+void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms) {
+  pass.work_order.clear();
+  pass.work_rounds = pass.work_ctas = 0;
+  // Head size 256 runs one CTA per item (kPersistent in flash_fwd_sm90.cuh); decode launches and
+  // claimed items keep their own order.
+  if (!pass.tiling.sm90_tiles || pass.tiling.small_seqs || pass.dynamic_items || head_size == 256) return;
+  const int splits = std::max(pass.num_splits, 1);
+  const int64_t per_tile = static_cast<int64_t>(num_kv_heads) * splits;
+  const int64_t items = static_cast<int64_t>(pass.num_tiles()) * per_tile;
+  const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
+  if (ctas <= 0 || items <= ctas || items > std::numeric_limits<int32_t>::max()) return;
+  // Item w = (tile w / per_tile, kv head, split w % splits), as the kernel decomposes it; the
+  // tile's key tiles cut into splits as tile_keys (flash_mask.cuh) cuts them. The tiles come most
+  // keys first, so without splits the items already come heaviest first.
+  std::vector<int64_t> cost(static_cast<std::size_t>(items));
+  for (int64_t t = 0, w = 0; t < pass.num_tiles(); ++t) {
+    const int64_t n = item_key_tiles(pass.tile_keys[static_cast<std::size_t>(t)]);
+    const int64_t each = (n + splits - 1) / splits;
+    for (int64_t h = 0; h < num_kv_heads; ++h)
+      for (int64_t sp = 0; sp < splits; ++sp, ++w)
+        cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * std::max<int64_t>(0, std::min(n, (sp + 1) * each) - sp * each);
+  }
+  // The kernel's snake (round r's items r * ctas .. to CTAs 0 .., odd rounds from the far end):
+  // kept where its longest CTA is within 0.5 % of what any order can reach (the mean load or the
+  // largest item). Long prefills come out so, and there the snake also beat the balanced list in
+  // the model (2 x 4k, 1 x 8k: 1.004 / 1.002 x the mean against 1.008 / 1.004), while short ones
+  // did not (8 x 1k: 1.031 x against 1.013; 4 x 2k: 1.031 x against 1.008).
+  std::vector<int64_t> snake(static_cast<std::size_t>(ctas), 0);
+  int64_t total = 0, largest = 0;
+  for (int64_t w = 0, k = 0, round = 0; w < items; ++w) {
+    const int64_t c = cost[static_cast<std::size_t>(w)];
+    snake[static_cast<std::size_t>(round % 2 == 0 ? k : ctas - 1 - k)] += c;
+    total += c;
+    largest = std::max(largest, c);
+    if (++k == ctas) {
+      k = 0;
+      ++round;
+    }
+  }
+  const int64_t snake_max = *std::max_element(snake.begin(), snake.end());
+  if (static_cast<double>(snake_max) <= 1.005 * std::max(static_cast<double>(total) / ctas, static_cast<double>(largest)))
+    return;
+  std::vector<int32_t> by_cost(static_cast<std::size_t>(items));
+  std::iota(by_cost.begin(), by_cost.end(), 0);
+  if (splits > 1)
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t x, int32_t y) { return cost[x] > cost[y]; });
+  // Heaviest first, each to the least loaded CTA (lowest index among equals): a binary min-heap of
+  // load << 20 | CTA, its root raised and sifted down once per item (~10 ns an item).
+  std::vector<uint64_t> heap(static_cast<std::size_t>(ctas));
+  for (int b = 0; b < ctas; ++b) heap[static_cast<std::size_t>(b)] = static_cast<uint64_t>(b);  // a valid heap
+  constexpr int kCtaBits = 20;
+  std::vector<int32_t> cta_of(static_cast<std::size_t>(items));
+  std::vector<int32_t> count(static_cast<std::size_t>(ctas), 0);
+  const std::size_t n = heap.size();
+  for (const int32_t w : by_cost) {
+    const uint64_t root = heap[0] + (static_cast<uint64_t>(cost[static_cast<std::size_t>(w)]) << kCtaBits);
+    const int b = static_cast<int>(root & ((1u << kCtaBits) - 1));
+    cta_of[static_cast<std::size_t>(w)] = b;
+    ++count[static_cast<std::size_t>(b)];
+    std::size_t i = 0;  // sift the raised root down
+    for (;;) {
+      std::size_t m = 2 * i + 1;
+      if (m >= n) break;
+      if (m + 1 < n && heap[m + 1] < heap[m]) ++m;
+      if (heap[m] >= root) break;
+      heap[i] = heap[m];
+      i = m;
+    }
+    heap[i] = root;
+  }
+  uint64_t longest = 0;
+  for (const uint64_t h : heap) longest = std::max(longest, h >> kCtaBits);
+  if (static_cast<int64_t>(longest) >= snake_max) return;  // the snake is as good
+  const int rounds = *std::max_element(count.begin(), count.end());
+  pass.work_rounds = rounds;
+  pass.work_ctas = ctas;
+  pass.work_order.assign(static_cast<std::size_t>(ctas) * static_cast<std::size_t>(rounds), static_cast<int32_t>(items));
+  std::fill(count.begin(), count.end(), 0);
+  for (const int32_t w : by_cost) {  // each CTA's items in the order it took them: heaviest first
+    const int b = cta_of[static_cast<std::size_t>(w)];
+    pass.work_order[static_cast<std::size_t>(b) * rounds + count[static_cast<std::size_t>(b)]++] = w;
+  }
 }
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
@@ -297,6 +389,12 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
   // clusters where it can (the cascade's suffix partials merge with the prefix's).
   s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);
+  // ATTN_FA_SM90_BALANCE=0 keeps the kernel's snake of fixed rounds (A/B timing in one binary).
+  static const bool balance = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_BALANCE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (balance) balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms);
   return s;
 }
 
@@ -307,6 +405,7 @@ std::string FlashAttnSchedule::summary() const {
   if (main.cluster_merge) out += " merge=cluster";
   if (main.dynamic_items) out += " items=dynamic";
   if (main.claim_front_ctas > 0) out += " front_ctas=" + std::to_string(main.claim_front_ctas);
+  if (!main.work_order.empty()) out += " rounds=balanced";
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
            " prefix_splits=" + std::to_string(prefix.num_splits);

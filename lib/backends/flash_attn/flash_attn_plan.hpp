@@ -24,8 +24,25 @@ struct FlashAttnPass {
   // Claimed from both ends (FlashAttnParams::claim_front_ctas): this many CTAs take the prefill
   // tiles' items from the front of the list, the others the decode tiles' from the back; 0 = one end.
   int claim_front_ctas = 0;
+  std::vector<int64_t> tile_keys;  // [num_tiles] keys each tile attends (the schedules' cost model)
+  // sm_90a prefill passes on fixed rounds (balance_fixed_rounds): CTA b of work_ctas takes the work
+  // items work_order[b * work_rounds + r], r = 0, 1, ... (num_work past its last one); empty: the
+  // kernel's snake of rounds (FlashAttnParams::work_order).
+  std::vector<int32_t> work_order;
+  int work_rounds = 0;
+  int work_ctas = 0;
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
+
+// Balances the fixed rounds of an sm_90a prefill pass (no decode-sized sequence, items not claimed,
+// a persistent head size) over min(items, num_sms) CTAs: each work item (tile, kv head, split)
+// costs kFixedRoundsItemCost key tiles plus its own, and goes, heaviest first, to the CTA with the
+// least cost so far (longest processing time first), where the kernel's snake of rounds would end
+// its longest CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
+// left 8 x 1k's CTAs 184 / 195 / 203 us long (min / mean / max, H100; the model predicts each CTA's
+// span within ~1 us, docs/PERF_NOTES.md Version 42). Leaves other passes as they are (work_order
+// empty).
+void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms);
 
 // Whether the sm_90a kernel launched for a pass of this tiling can claim its work items
 // (FlashAttnPass::dynamic_items): its decode launches at head sizes 64, 96 and 128.
