@@ -20,7 +20,8 @@ and the share of the CTAs' time outside the key tiles' products (q + turn + s + 
 where only body is known), and of the time that every consumer spends there at once (then only a
 first Q K^T can keep the tensor cores busy). --by-tiles splits the phases by the item's key-tile
 count, with the mean of tiles / key tiles; --cta N lists CTA N's items, each consumer's phases
-side by side, from the CTA's start.
+side by side, from the CTA's start. Where the CTAs' item and key-tile counts differ, each CTA's span
+is also fitted to them (the planner's cost model of fixed rounds).
 """
 import struct
 import sys
@@ -112,6 +113,43 @@ def all_outside(rows, spans):
     return both / sum(s[0] for s in spans)
 
 
+def cta_fit(trace):
+    """Each traced CTA's span fitted to its items and their key tiles by least squares, span = a x
+    items + b x key tiles + c: the cost model behind the planner's balanced fixed rounds
+    (balance_fixed_rounds in lib/backends/flash_attn/flash_attn_plan.cpp, whose item cost in key
+    tiles is a / b). Returns (a, b, c, r, spans) or None where the CTAs' counts leave the fit
+    undetermined (every CTA alike, or fewer than four)."""
+    ctas, rounds, points, grid, stamps, cta = trace
+    rows = []
+    for c in range(min(ctas, grid)):
+        t0, _, t1, _ = cta[4 * c:4 * c + 4]
+        if t1 <= t0:
+            continue
+        tiles = [stamps[(c * rounds + r) * points] for r in range(rounds)]
+        tiles = [t for t in tiles if t >= 0]
+        rows.append((float(len(tiles)), float(sum(tiles)), 1.0, (t1 - t0) / 1e3))
+    if len(rows) < 4:
+        return None
+    # Normal equations (3 x 3), solved by Gaussian elimination with partial pivoting.
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * r[3] for r in rows)] for i in range(3)]
+    for col in range(3):
+        piv = max(range(col, 3), key=lambda i: abs(m[i][col]))
+        if abs(m[piv][col]) < 1e-9 * max(1.0, abs(m[0][0])):
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for i in range(3):
+            if i != col:
+                f = m[i][col] / m[col][col]
+                m[i] = [x - f * y for x, y in zip(m[i], m[col])]
+    a, b, c = (m[i][3] / m[i][i] for i in range(3))
+    fit = [a * r[0] + b * r[1] + c for r in rows]
+    span = [r[3] for r in rows]
+    mf, ms = mean(fit), mean(span)
+    cov = sum((x - mf) * (y - ms) for x, y in zip(fit, span))
+    var = (sum((x - mf) ** 2 for x in fit) * sum((y - ms) ** 2 for y in span)) ** 0.5
+    return a, b, c, (cov / var if var > 0 else float("nan")), span
+
+
 def summary(trace, by_tiles=False):
     rows, spans = items(trace)
     lines = []
@@ -122,6 +160,12 @@ def summary(trace, by_tiles=False):
     lines.append(f"CTAs {len(spans)}: span {min(span):.1f} / {mean(span):.1f} / {max(span):.1f} us (min / mean / max), "
                  f"start skew {(max(starts) - min(starts)) / 1e3:.1f} us, end skew {(max(ends) - min(ends)) / 1e3:.1f} us, "
                  f"SM clock {mean([s[1] for s in spans]):.3f} GHz")
+    fit = cta_fit(trace)
+    if fit is not None:
+        a, b, c, r, sp = fit
+        lines.append(f"CTA spans fitted to their items and key tiles: {a:.2f} us per item + {b:.2f} us per key tile "
+                     f"+ {c:.1f} us (r = {r:.2f}; an item costs {a / b:.2f} key tiles); the longest CTA ends "
+                     f"{(max(sp) / mean(sp) - 1) * 100:.1f} % past the mean")
     shared = all_outside(rows, spans)
     if shared is not None:
         lines.append(f"every consumer outside its key tiles at once: {shared * 100:.1f} % of the CTAs' time")
@@ -201,6 +245,19 @@ def self_test():
     assert "outside its key tiles at once: 57.1 %" in text, text
     listing = cta_listing((ctas, rounds, points, grid, stamps, cta), 1)
     assert len(listing) == 4 and "c1 @" in listing[1], listing
+    # CTAs of 2-5 items of 1-4 key tiles, spans 4.5 us per item + 1.5 us per key tile + 2 us: the fit
+    # gives the model back (the spans' clock: 1.5 GHz, as above).
+    stamps2 = [-1] * (8 * rounds * points)
+    cta2 = [0] * (8 * 4)
+    for c in range(8):
+        n, t = 2 + c % 4, 1 + (3 * c) % 4
+        for r in range(n):
+            stamps2[(c * rounds + r) * points] = t
+        span_us = 4.5 * n + 1.5 * n * t + 2.0
+        cta2[4 * c:4 * c + 4] = [1000, 0, 1000 + int(span_us * 1e3), int(span_us * 1e3 * ghz)]
+    a, b, c, r, _ = cta_fit((8, rounds, points, 8, stamps2, cta2))
+    assert abs(a - 4.5) < 1e-3 and abs(b - 1.5) < 1e-3 and abs(c - 2.0) < 1e-2 and r > 0.999, (a, b, c, r)
+    assert cta_fit((ctas, rounds, points, grid, stamps, cta)) is None  # every CTA alike: undetermined
     print("sm90-trace self-test: ok")
     return 0
 
