@@ -309,7 +309,7 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   if (splits > 1)
     std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t x, int32_t y) { return cost[x] > cost[y]; });
   // Heaviest first, each to the least loaded CTA (lowest index among equals): a binary min-heap of
-  // load << 20 | CTA, its root raised and sifted down once per item (~10 ns an item).
+  // load << 20 | CTA, its root raised and sifted down once per item (~25 ns an item).
   std::vector<uint64_t> heap(static_cast<std::size_t>(ctas));
   for (int b = 0; b < ctas; ++b) heap[static_cast<std::size_t>(b)] = static_cast<uint64_t>(b);  // a valid heap
   constexpr int kCtaBits = 20;

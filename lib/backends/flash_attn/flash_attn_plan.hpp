@@ -36,9 +36,9 @@ struct FlashAttnPass {
 
 // Balances the fixed rounds of an sm_90a prefill pass (no decode-sized sequence, items not claimed,
 // a persistent head size) over min(items, num_sms) CTAs: each work item (tile, kv head, split)
-// costs kFixedRoundsItemCost key tiles plus its own, and goes, heaviest first, to the CTA with the
-// least cost so far (longest processing time first), where the kernel's snake of rounds would end
-// its longest CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
+// costs 2.75 key tiles plus its own, and goes, heaviest first, to the CTA with the least cost so
+// far (longest processing time first), where the kernel's snake of rounds would end its longest
+// CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
 // left 8 x 1k's CTAs 184 / 195 / 203 us long (min / mean / max, H100; the model predicts each CTA's
 // span within ~1 us, docs/PERF_NOTES.md Version 42). Leaves other passes as they are (work_order
 // empty).
