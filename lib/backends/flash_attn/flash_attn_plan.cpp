@@ -262,7 +262,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
 // hd128, H100; Versions 40-41).
 constexpr int64_t kFixedRoundsItemQuarters = 11;
 
-void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, bool refine) {
+void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms) {
   pass.work_order.clear();
   pass.work_rounds = pass.work_ctas = 0;
   // Head size 256 runs one CTA per item (kPersistent in flash_fwd_sm90.cuh); decode launches and
@@ -314,11 +314,13 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   for (int b = 0; b < ctas; ++b) heap[static_cast<std::size_t>(b)] = static_cast<uint64_t>(b);  // a valid heap
   constexpr int kCtaBits = 20;
   std::vector<int32_t> cta_of(static_cast<std::size_t>(items));
+  std::vector<int32_t> count(static_cast<std::size_t>(ctas), 0);
   const std::size_t n = heap.size();
   for (const int32_t w : by_cost) {
     const uint64_t root = heap[0] + (static_cast<uint64_t>(cost[static_cast<std::size_t>(w)]) << kCtaBits);
     const int b = static_cast<int>(root & ((1u << kCtaBits) - 1));
     cta_of[static_cast<std::size_t>(w)] = b;
+    ++count[static_cast<std::size_t>(b)];
     std::size_t i = 0;  // sift the raised root down
     for (;;) {
       std::size_t m = 2 * i + 1;
@@ -330,67 +332,18 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
     }
     heap[i] = root;
   }
-  // Each CTA's items (heaviest first: the order it took them) and load.
-  std::vector<std::vector<int32_t>> mine(static_cast<std::size_t>(ctas));
-  for (auto& m : mine) m.reserve(static_cast<std::size_t>(items / ctas + 2));
-  std::vector<int64_t> load(static_cast<std::size_t>(ctas), 0);
-  for (const int32_t w : by_cost) {
-    const auto b = static_cast<std::size_t>(cta_of[static_cast<std::size_t>(w)]);
-    mine[b].push_back(w);
-    load[b] += cost[static_cast<std::size_t>(w)];
-  }
-  if (refine) {
-    // The list leaves the longest CTA up to an item past the others. Each step takes the longest
-    // and the least loaded CTA and moves one item between them, or swaps one for a lighter one, by
-    // the amount closest to half their gap (any amount below the gap shortens the longer one): in
-    // the model, 8 x 1k from 1.013 to 1.005 x the mean CTA, 16 x 512 from 1.019 to 1.007.
-    std::vector<std::pair<int64_t, std::size_t>> lo_costs;  // the least loaded CTA's distinct costs
-    for (int step = 0; step < ctas; ++step) {
-      const auto [lo_it, hi_it] = std::minmax_element(load.begin(), load.end());
-      const auto hi = static_cast<std::size_t>(hi_it - load.begin()), lo = static_cast<std::size_t>(lo_it - load.begin());
-      const int64_t gap = load[hi] - load[lo];
-      int64_t best = 0, best_score = std::numeric_limits<int64_t>::max();
-      std::size_t bi = 0, bj = 0;
-      bool found = false, swap = false;
-      auto consider = [&](int64_t d, std::size_t i, std::size_t j, bool is_swap) {
-        const int64_t score = std::abs(gap - 2 * d);
-        if (d > 0 && d < gap && score < best_score) {
-          best = d, best_score = score, bi = i, bj = j, found = true, swap = is_swap;
-        }
-      };
-      lo_costs.clear();
-      for (std::size_t j = 0; j < mine[lo].size(); ++j) {
-        const int64_t cj = cost[static_cast<std::size_t>(mine[lo][j])];
-        if (std::none_of(lo_costs.begin(), lo_costs.end(), [&](const auto& e) { return e.first == cj; }))
-          lo_costs.push_back({cj, j});
-      }
-      for (std::size_t i = 0; i < mine[hi].size(); ++i) {
-        const int64_t ci = cost[static_cast<std::size_t>(mine[hi][i])];
-        if (i > 0 && ci == cost[static_cast<std::size_t>(mine[hi][i - 1])]) continue;  // the same choices
-        consider(ci, i, 0, false);
-        for (const auto& [cj, j] : lo_costs) consider(ci - cj, i, j, true);
-      }
-      if (!found) break;
-      if (swap) {
-        std::swap(mine[hi][bi], mine[lo][bj]);
-      } else {
-        mine[lo].push_back(mine[hi][bi]);
-        mine[hi].erase(mine[hi].begin() + static_cast<std::ptrdiff_t>(bi));
-      }
-      load[hi] -= best;
-      load[lo] += best;
-    }
-    for (auto& m : mine)  // heaviest first again, list order among equals
-      std::stable_sort(m.begin(), m.end(), [&](int32_t x, int32_t y) { return cost[x] > cost[y] || (cost[x] == cost[y] && x < y); });
-  }
-  if (*std::max_element(load.begin(), load.end()) >= snake_max) return;  // the snake is as good
-  std::size_t rounds = 0;
-  for (const auto& m : mine) rounds = std::max(rounds, m.size());
-  pass.work_rounds = static_cast<int>(rounds);
+  uint64_t longest = 0;
+  for (const uint64_t h : heap) longest = std::max(longest, h >> kCtaBits);
+  if (static_cast<int64_t>(longest) >= snake_max) return;  // the snake is as good
+  const int rounds = *std::max_element(count.begin(), count.end());
+  pass.work_rounds = rounds;
   pass.work_ctas = ctas;
-  pass.work_order.assign(static_cast<std::size_t>(ctas) * rounds, static_cast<int32_t>(items));
-  for (std::size_t b = 0; b < mine.size(); ++b)
-    std::copy(mine[b].begin(), mine[b].end(), pass.work_order.begin() + static_cast<std::ptrdiff_t>(b * rounds));
+  pass.work_order.assign(static_cast<std::size_t>(ctas) * static_cast<std::size_t>(rounds), static_cast<int32_t>(items));
+  std::fill(count.begin(), count.end(), 0);
+  for (const int32_t w : by_cost) {  // each CTA's items in the order it took them: heaviest first
+    const int b = cta_of[static_cast<std::size_t>(w)];
+    pass.work_order[static_cast<std::size_t>(b) * rounds + count[static_cast<std::size_t>(b)]++] = w;
+  }
 }
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
@@ -436,13 +389,12 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
   // clusters where it can (the cascade's suffix partials merge with the prefix's).
   s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);
-  // ATTN_FA_SM90_BALANCE=0 keeps the kernel's snake of fixed rounds, =1 the balanced list without
-  // its refining steps (A/B timing in one binary).
-  static const int balance = [] {
+  // ATTN_FA_SM90_BALANCE=0 keeps the kernel's snake of fixed rounds (A/B timing in one binary).
+  static const bool balance = [] {
     const char* v = std::getenv("ATTN_FA_SM90_BALANCE");
-    return v == nullptr ? 2 : std::string(v) == "0" ? 0 : std::string(v) == "1" ? 1 : 2;
+    return v == nullptr || std::string(v) != "0";
   }();
-  if (balance > 0) balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms, balance > 1);
+  if (balance) balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms);
   return s;
 }
 

@@ -40,9 +40,9 @@ struct FlashAttnPass {
 // far (longest processing time first), where the kernel's snake of rounds would end its longest
 // CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
 // left 8 x 1k's CTAs 184 / 195 / 203 us long (min / mean / max, H100; the model predicts each CTA's
-// span within ~1 us, docs/PERF_NOTES.md Version 42). `refine`: then steps that move or swap items
-// between the longest and the least loaded CTA. Leaves other passes as they are (work_order empty).
-void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, bool refine = true);
+// span within ~1 us, docs/PERF_NOTES.md Version 42). Leaves other passes as they are (work_order
+// empty).
+void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms);
 
 // Whether the sm_90a kernel launched for a pass of this tiling can claim its work items
 // (FlashAttnPass::dynamic_items): its decode launches at head sizes 64, 96 and 128.
