@@ -268,6 +268,7 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   // Head size 256 runs one CTA per item (kPersistent in flash_fwd_sm90.cuh); decode launches and
   // claimed items keep their own order.
   if (!pass.tiling.sm90_tiles || pass.tiling.small_seqs || pass.dynamic_items || head_size == 256) return;
+  if (pass.tile_keys.size() != static_cast<std::size_t>(pass.num_tiles())) return;  // no costs to balance by
   const int splits = std::max(pass.num_splits, 1);
   const int64_t per_tile = static_cast<int64_t>(num_kv_heads) * splits;
   const int64_t items = static_cast<int64_t>(pass.num_tiles()) * per_tile;
