@@ -69,6 +69,22 @@ int sm90_dynamic_override() {
 // both schedule estimates below give an item.
 int64_t item_key_tiles(int64_t keys) { return std::max<int64_t>((keys + 127) / 128, 1); }
 
+// The kernel's snake of fixed rounds (flash_fwd_sm90.cuh), item by item: round r's items go to
+// CTAs 0, 1, ... in even rounds and from the far end in odd ones. next() is the CTA of the next item.
+struct SnakeRounds {
+  int ctas;
+  int pos = 0;
+  bool even = true;
+  int next() {
+    const int b = even ? pos : ctas - 1 - pos;
+    if (++pos == ctas) {
+      pos = 0;
+      even = !even;
+    }
+    return b;
+  }
+};
+
 // Whether the persistent sm_90a kernel's CTAs should claim a mixed pass's work items as they go
 // (FlashAttnPass::dynamic_items) rather than take fixed rounds. Both schedules are simulated with
 // an item costing its key tiles (tile order as launched, items_per_tile consecutive items per tile:
@@ -84,28 +100,16 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (ctas <= 0 || items <= ctas) return false;  // one item per CTA: nothing to balance
   auto cost_of = [&](std::size_t t) { return item_key_tiles(tile_keys[t]); };
-  // Fixed rounds: the kernel's snake (flash_fwd_sm90.cuh), CTA by CTA.
+  // Fixed rounds: the kernel's snake, CTA by CTA.
   std::vector<int64_t> fixed(static_cast<std::size_t>(ctas), 0);
   int64_t decode_tiles = 0, total = 0, largest = 0;
-  bool even_round = true;
-  int pos = 0;
+  SnakeRounds snake{ctas};
   for (std::size_t t = 0; t < tile_keys.size(); ++t) {
     const int64_t cost = cost_of(t);
     if (tile_is_decode[t]) decode_tiles += cost * items_per_tile;
     total += cost * items_per_tile;
     largest = std::max(largest, cost);
-    // The tile's items go to the next CTAs of the round (from the far end in odd rounds).
-    for (int left = items_per_tile; left > 0;) {
-      const int n = std::min(left, ctas - pos);
-      const int first = even_round ? pos : ctas - pos - n;
-      for (int b = first; b < first + n; ++b) fixed[static_cast<std::size_t>(b)] += cost;
-      left -= n;
-      pos += n;
-      if (pos == ctas) {
-        pos = 0;
-        even_round = !even_round;
-      }
-    }
+    for (int i = 0; i < items_per_tile; ++i) fixed[static_cast<std::size_t>(snake.next())] += cost;
   }
   const double floor = static_cast<double>(decode_tiles) / (0.65 * std::max(num_sms, 1));
   const double longest = static_cast<double>(*std::max_element(fixed.begin(), fixed.end()));
@@ -285,22 +289,17 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
       for (int64_t sp = 0; sp < splits; ++sp, ++w)
         cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * std::max<int64_t>(0, std::min(n, (sp + 1) * each) - sp * each);
   }
-  // The kernel's snake (round r's items r * ctas .. to CTAs 0 .., odd rounds from the far end):
-  // kept where its longest CTA is within 0.5 % of what any order can reach (the mean load or the
-  // largest item). Long prefills come out so, and there the snake also beat the balanced list in
-  // the model (2 x 4k, 1 x 8k: 1.004 / 1.002 x the mean against 1.008 / 1.004), while short ones
+  // The kernel's snake (SnakeRounds) is kept where its longest CTA is within 0.5 % of what any
+  // order can reach (the mean load or the largest item). Long prefills come out so, and there the
+  // snake also beat the balanced list in the model (2 x 4k, 1 x 8k: 1.004 / 1.002 x the mean against 1.008 / 1.004), while short ones
   // did not (8 x 1k: 1.031 x against 1.013; 4 x 2k: 1.031 x against 1.008).
   std::vector<int64_t> snake(static_cast<std::size_t>(ctas), 0);
   int64_t total = 0, largest = 0;
-  for (int64_t w = 0, k = 0, round = 0; w < items; ++w) {
-    const int64_t c = cost[static_cast<std::size_t>(w)];
-    snake[static_cast<std::size_t>(round % 2 == 0 ? k : ctas - 1 - k)] += c;
+  SnakeRounds rounds_of{ctas};
+  for (const int64_t c : cost) {
+    snake[static_cast<std::size_t>(rounds_of.next())] += c;
     total += c;
     largest = std::max(largest, c);
-    if (++k == ctas) {
-      k = 0;
-      ++round;
-    }
   }
   const int64_t snake_max = *std::max_element(snake.begin(), snake.end());
   if (static_cast<double>(snake_max) <= 1.005 * std::max(static_cast<double>(total) / ctas, static_cast<double>(largest)))
