@@ -56,10 +56,8 @@ struct FwdTraits {
   // Version 27). hd64/96/256 keep two 16-bit stages (not measured with three; hd256 would drop
   // to 1 CTA/SM).
   static constexpr int kStages = (kDecode && !kKvFp8 && kHeadDim == 128) ? 3 : 2;
-  // CTAs per SM the registers must allow (__launch_bounds__ minimum blocks). The 16-bit head size
-  // 64 decode fits 4 by its registers too, but at 128 it had none to spare (131 once split-KV cut
-  // by keys, split_keys.hpp), so the bound holds it there (119, no spill).
-  static constexpr int kMinCtasPerSm = (kDecode && (kKvFp8 || kHeadDim <= 64) && kHeadDim <= 128) ? 4 : 1;
+  // CTAs per SM the registers must allow (__launch_bounds__ minimum blocks).
+  static constexpr int kMinCtasPerSm = (kDecode && kKvFp8 && kHeadDim <= 128) ? 4 : 1;
   // K/V stage rows: 16-bit elements, or raw fp8 bytes widened in registers right before the MMA.
   // Decode rows of 4 chunks or a multiple of 8 (all but fp8 head sizes 96 and 192 and 16-bit 96) are
   // unpadded and XOR-swizzled by chunk (kv_offset): with the 16-byte pad, each 16-byte copy of a

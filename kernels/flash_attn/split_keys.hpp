@@ -21,13 +21,12 @@ namespace attn::fa {
 ATTN_SPLIT_HD inline int split_first_tile(int lo, int hi, int S, int s, int B) {
   const int n_lo = lo / B;
   if (s <= 0 || hi <= lo) return n_lo;
-  if (s >= S) return (hi + B - 1) / B;
-  // The boundary key lo + s * span / S = key + f with key its floor and 0 <= f < 1, in 32-bit
-  // unsigned arithmetic (a 64-bit division took the 16-bit head size 64 decode kernel from 128 to
-  // 131 registers, one CTA per SM fewer); the nearest tile boundary to key + f is that of key.
-  const uint32_t span = static_cast<uint32_t>(hi - lo), q = span / static_cast<uint32_t>(S), r = span % static_cast<uint32_t>(S);
-  const uint32_t key = static_cast<uint32_t>(lo) + static_cast<uint32_t>(s) * q + static_cast<uint32_t>(s) * r / static_cast<uint32_t>(S);
-  return static_cast<int>((key + static_cast<uint32_t>(B / 2)) / static_cast<uint32_t>(B));
+  const int n_hi = (hi + B - 1) / B;
+  if (s >= S) return n_hi;
+  // S x the boundary key, then to the nearest multiple of S x B.
+  const int64_t x = static_cast<int64_t>(S) * lo + static_cast<int64_t>(s) * (hi - lo);
+  const int n = static_cast<int>((x + static_cast<int64_t>(S) * B / 2) / (static_cast<int64_t>(S) * B));
+  return n < n_lo ? n_lo : n > n_hi ? n_hi : n;
 }
 
 }  // namespace attn::fa
