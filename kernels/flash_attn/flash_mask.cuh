@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "kernels/flash_attn/flash_attn_params.hpp"
-#include "kernels/flash_attn/split_keys.hpp"
 
 namespace attn::fa {
 
@@ -58,13 +57,9 @@ __device__ __forceinline__ TileKeys tile_keys(const FlashAttnParams& p, int q_le
   if (p.local_chunk > 0) t.kv_lo = max(t.kv_lo, (pos_first / p.local_chunk) * p.local_chunk);
   const int n_lo = max(t.kv_lo, 0) / kBlockN;
   const int n_hi = kv_hi > t.kv_lo ? (kv_hi + kBlockN - 1) / kBlockN : n_lo;
-  if (p.num_splits <= 1) {
-    t.n_begin = n_lo;
-    t.n_end = n_hi;
-  } else {  // about equal keys per split (split_keys.hpp)
-    t.n_begin = split_first_tile(max(t.kv_lo, 0), kv_hi, p.num_splits, split, kBlockN);
-    t.n_end = split_first_tile(max(t.kv_lo, 0), kv_hi, p.num_splits, split + 1, kBlockN);
-  }
+  const int per_split = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
+  t.n_begin = min(n_hi, n_lo + split * per_split);
+  t.n_end = min(n_hi, t.n_begin + per_split);
   // Intersection over the tile's rows: key tiles inside it need no per-element mask.
   int lo_key = max(t.kv_lo, 0);
   if (p.window > 0) lo_key = max(lo_key, pos_last - p.window + 1);

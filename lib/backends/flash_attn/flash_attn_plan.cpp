@@ -9,8 +9,6 @@
 #include <queue>
 #include <utility>
 
-#include "kernels/flash_attn/split_keys.hpp"
-
 namespace attn {
 
 int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm, bool equal_ctas) {
@@ -281,18 +279,15 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (ctas <= 0 || items <= ctas || items > std::numeric_limits<int32_t>::max()) return;
   // Item w = (tile w / per_tile, kv head, split w % splits), as the kernel decomposes it; the
-  // tile's key tiles cut into splits as tile_keys (flash_mask.cuh) cuts them (split_keys.hpp). The
-  // tiles come most keys first, so without splits the items already come heaviest first.
+  // tile's key tiles cut into splits as tile_keys (flash_mask.cuh) cuts them. The tiles come most
+  // keys first, so without splits the items already come heaviest first.
   std::vector<int64_t> cost(static_cast<std::size_t>(items));
   for (int64_t t = 0, w = 0; t < pass.num_tiles(); ++t) {
-    const int64_t keys = pass.tile_keys[static_cast<std::size_t>(t)];
-    const int hi = static_cast<int>(std::clamp<int64_t>(keys, 1, std::numeric_limits<int32_t>::max()));
+    const int64_t n = item_key_tiles(pass.tile_keys[static_cast<std::size_t>(t)]);
+    const int64_t each = (n + splits - 1) / splits;
     for (int64_t h = 0; h < num_kv_heads; ++h)
-      for (int sp = 0; sp < splits; ++sp, ++w) {
-        const int n = splits == 1 ? static_cast<int>(item_key_tiles(keys))
-                                  : fa::split_first_tile(0, hi, splits, sp + 1, 128) - fa::split_first_tile(0, hi, splits, sp, 128);
-        cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * n;
-      }
+      for (int64_t sp = 0; sp < splits; ++sp, ++w)
+        cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * std::max<int64_t>(0, std::min(n, (sp + 1) * each) - sp * each);
   }
   // The kernel's snake (SnakeRounds) is kept where its longest CTA is within 0.5 % of what any
   // order can reach (the mean load or the largest item). Long prefills come out so, and there the
