@@ -266,6 +266,14 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
 // hd128, H100; Versions 40-41).
 constexpr int64_t kFixedRoundsItemQuarters = 11;
 
+bool sm90_balance_enabled() {
+  static const bool balance = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_BALANCE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return balance;
+}
+
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms) {
   pass.work_order.clear();
   pass.work_rounds = pass.work_ctas = 0;
@@ -389,12 +397,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
   // clusters where it can (the cascade's suffix partials merge with the prefix's).
   s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);
-  // ATTN_FA_SM90_BALANCE=0 keeps the kernel's snake of fixed rounds (A/B timing in one binary).
-  static const bool balance = [] {
-    const char* v = std::getenv("ATTN_FA_SM90_BALANCE");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  if (balance) balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms);
+  if (sm90_balance_enabled()) balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms);
   return s;
 }
 

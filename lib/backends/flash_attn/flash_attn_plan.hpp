@@ -43,6 +43,9 @@ struct FlashAttnPass {
 // span within ~1 us, docs/PERF_NOTES.md Version 42). Leaves other passes as they are (work_order
 // empty).
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms);
+// Whether planners balance fixed rounds (balance_fixed_rounds); ATTN_FA_SM90_BALANCE=0 keeps the
+// kernel's snake, for A/B timing in one binary (FLASH_ATTN and FLASHINFER's sm_90a passes alike).
+bool sm90_balance_enabled();
 
 // Whether the sm_90a kernel launched for a pass of this tiling can claim its work items
 // (FlashAttnPass::dynamic_items): its decode launches at head sizes 64, 96 and 128.

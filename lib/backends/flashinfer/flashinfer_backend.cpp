@@ -93,6 +93,11 @@ struct Pass {
   bool sm90 = false;
   FlashAttnTiling tiling;
   std::vector<int32_t> tiles, kv_lens;
+  // Fixed rounds balanced by cost over work_ctas CTAs (balance_fixed_rounds; FlashInfer's SM90 plan
+  // likewise hands each CTA its work, longest first to the least loaded one); empty: the snake.
+  std::vector<int32_t> work_order;
+  int work_rounds = 0, work_ctas = 0;
+  DeviceBuffer work_order_d;
   std::vector<float> descales;  // fp8 cache: [2][num_reqs * Hkv], k_scale then v_scale
   DeviceBuffer tiles_d, kv_lens_d, descales_d;
   std::vector<int32_t> request_indices, qo_tile_indices, kv_tile_indices, o_indptr, merge_indptr;
@@ -222,6 +227,7 @@ class FlashInferInstance final : public BackendInstance {
       if (p.sm90) {
         out += fmt::format("{}:sm90 tile_q={} work={}", p.name, p.cta_tile_q, p.num_work);
         if (p.num_slots > 1) out += fmt::format(" splits={}", p.num_slots);
+        if (!p.work_order.empty()) out += " rounds=balanced";
         continue;
       }
       out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
@@ -330,9 +336,16 @@ class FlashInferInstance final : public BackendInstance {
       q_lens.push_back(p.csr.qo_indptr[static_cast<std::size_t>(r) + 1] - p.csr.qo_indptr[static_cast<std::size_t>(r)]);
       kv_lens.push_back(p.csr.kv_len(r, s.block_size));
     }
-    const FlashAttnPass fp = make_flash_attn_pass(q_lens, kv_lens, p.causal, s.num_q_heads / s.num_kv_heads,
-                                                  s.head_size_qk, s.num_kv_heads, num_sms_, 0, Sm90Passes::prefills);
+    FlashAttnPass fp = make_flash_attn_pass(q_lens, kv_lens, p.causal, s.num_q_heads / s.num_kv_heads,
+                                            s.head_size_qk, s.num_kv_heads, num_sms_, 0, Sm90Passes::prefills);
     if (!flash_attn_uses_sm90(c, fp.tiling)) return false;
+    // Level 0 (all tokens against the shared prefix: few tiles, many keys) takes the split rule's
+    // kv splits, each into its own slot; the final O is written unsplit.
+    if (!level0) fp.num_splits = 1;
+    if (sm90_balance_enabled()) balance_fixed_rounds(fp, s.num_kv_heads, s.head_size_qk, num_sms_);
+    p.work_order = fp.work_order;
+    p.work_rounds = fp.work_rounds;
+    p.work_ctas = fp.work_ctas;
     p.sm90 = true;
     p.cuda_core_decode = false;
     p.tiling = fp.tiling;
@@ -349,9 +362,7 @@ class FlashInferInstance final : public BackendInstance {
     p.num_work = p.padded_work = fp.num_tiles();
     p.split = false;
     p.partial_rows = 0;
-    // Level 0 (all tokens against the shared prefix: few tiles, many keys) takes the split rule's
-    // kv splits, each into its own slot; the final O is written unsplit.
-    p.num_slots = level0 ? fp.num_splits : 1;
+    p.num_slots = fp.num_splits;
     return true;
   }
 
@@ -388,6 +399,7 @@ class FlashInferInstance final : public BackendInstance {
       p.scalars_d = upload_vector(p.scalars);
       p.tiles_d = upload_vector(p.tiles);
       p.kv_lens_d = upload_vector(p.kv_lens);
+      if (!p.work_order.empty()) p.work_order_d = upload_vector(p.work_order);
       if (!p.descales.empty()) p.descales_d = upload_vector(p.descales);
     }
   }
@@ -478,6 +490,9 @@ class FlashInferInstance final : public BackendInstance {
     p.seq_lens = pass.kv_lens_d.as<int32_t>();
     p.query_start_loc = pass.qo_indptr_d.as<int32_t>();
     p.tiles = pass.tiles_d.as<int32_t>();
+    p.work_order = pass.work_order.empty() ? nullptr : pass.work_order_d.as<int32_t>();
+    p.work_rounds = pass.work_rounds;
+    p.work_ctas = pass.work_ctas;
     p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
     p.lse = lse_.as<float>() + row0;
     p.lse_token_stride = H;
