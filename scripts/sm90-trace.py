@@ -2,7 +2,7 @@
 """Where the sm_90a kernel's CTAs spend their time, item by item, from a trace that scripts/gpu-trace
 writes (a build with -DATTN_SM90_TRACE; file format: kernels/flash_attn/sm90_trace.cuh).
 
-    scripts/sm90-trace.py FILE.trace [--by-tiles] [--cta N]
+    scripts/sm90-trace.py FILE.trace [--by-tiles] [--by-round] [--cta N]
     scripts/sm90-trace.py --self-test
 
 Prints the launch's CTA spans, then per consumer the mean of each phase of an item in microseconds
@@ -19,8 +19,11 @@ Prints the launch's CTA spans, then per consumer the mean of each phase of an it
 and the share of the CTAs' time outside the key tiles' products (q + turn + s + epi; not shown
 where only body is known), and of the time that every consumer spends there at once (then only a
 first Q K^T can keep the tensor cores busy). --by-tiles splits the phases by the item's key-tile
-count, with the mean of tiles / key tiles; --cta N lists CTA N's items, each consumer's phases
-side by side, from the CTA's start. Where the CTAs' item and key-tile counts differ, each CTA's span
+count, with the mean of tiles / key tiles; --by-round lists each round (every CTA's r-th item) by
+the items' key-tile counts: how many, their mean start from the CTA's start and mean length (consumer
+0, from the item's start to its stores), and the key tiles per us they stream together (a mixed
+step's decode items against its prefill items, say); --cta N lists CTA N's items, each consumer's
+phases side by side, from the CTA's start. Where the CTAs' item and key-tile counts differ, each CTA's span
 is also fitted to them (the planner's cost model of fixed rounds).
 """
 import struct
@@ -194,6 +197,28 @@ def summary(trace, by_tiles=False):
     return lines
 
 
+def round_listing(trace):
+    """Per round (each CTA's r-th item), per key-tile count: items, mean start and length (us, the
+    first consumer that stamped the item), and their key tiles per us together (sum of n / length)."""
+    rows, _ = items(trace)
+    first = {}
+    for c, r, tiles, wg, ph in rows:
+        if (c, r) not in first or wg < first[(c, r)][0]:
+            first[(c, r)] = (wg, tiles, ph)
+    by_round = defaultdict(lambda: defaultdict(list))
+    for (c, r), (_, tiles, ph) in first.items():
+        by_round[r][tiles].append(ph)
+    lines = ["rounds: key tiles x items, from (mean us after the CTA's start), each (mean us), key tiles per us together"]
+    for r in sorted(by_round):
+        cols = []
+        for n in sorted(by_round[r], reverse=True):
+            g = by_round[r][n]
+            rate = sum(n / x["item"] for x in g if x["item"] > 0)
+            cols.append(f"{n} x {len(g)} from {mean([x['_at'] for x in g]):.1f}, {mean([x['item'] for x in g]):.1f} each, {rate:.1f}/us")
+        lines.append(f"  {r:3d}: " + "; ".join(cols))
+    return lines
+
+
 def cta_listing(trace, cta):
     """CTA `cta`'s items: per round, each consumer's start (us from the CTA's start) and phases."""
     rows, _ = items(trace)
@@ -245,6 +270,10 @@ def self_test():
     assert "outside its key tiles at once: 57.1 %" in text, text
     listing = cta_listing((ctas, rounds, points, grid, stamps, cta), 1)
     assert len(listing) == 4 and "c1 @" in listing[1], listing
+    # Three rounds of one 4-tile item per CTA, 7 us each, back to back: 3 x 4 / 7 key tiles per us.
+    by_round = round_listing((ctas, rounds, points, grid, stamps, cta))
+    assert by_round[1:] == ["    0: 4 x 3 from 0.0, 7.0 each, 1.7/us", "    1: 4 x 3 from 7.0, 7.0 each, 1.7/us",
+                            "    2: 4 x 3 from 14.0, 7.0 each, 1.7/us"], by_round
     # CTAs of 2-5 items of 1-4 key tiles, spans 4.5 us per item + 1.5 us per key tile + 2 us: the fit
     # gives the model back (the spans' clock: 1.5 GHz, as above).
     stamps2 = [-1] * (8 * rounds * points)
@@ -279,6 +308,9 @@ def main():
     trace = read(args[0])
     for line in summary(trace, by_tiles="--by-tiles" in args):
         print(line)
+    if "--by-round" in args:
+        for line in round_listing(trace):
+            print(line)
     if cta is not None:
         for line in cta_listing(trace, cta):
             print(line)
