@@ -2,10 +2,13 @@
 """Closing table of scripts/gpu-check: attn-bench's timings next to the torch peers.
 
 Usage: gpu-summary.py BENCH.csv [PEERS.csv] [MICRO.json]
+       gpu-summary.py --self-test
 BENCH.csv is attn-bench's results CSV with a leading `case` column (decode, prefill, mixed,
 cascade_on, cascade_off) added by gpu-check. The peer figure of a case is the best torch
 result for the same shape: GB/s for decode-like cases, TFLOP/s for prefill. "read floor" is the
-row's pct_read_floor: a bare streaming read of its bytes as a share of its time.
+row's pct_read_floor: a bare streaming read of its bytes as a share of its time. Last, the speed
+targets of issues 10 (FLASH_ATTN) and 9 (the FLASHMLA decode kernel), each with its ratio, taken
+from the rows of this one run, and whether it is met.
 """
 import csv
 import json
@@ -92,8 +95,95 @@ def main():
         except (OSError, ValueError):
             pass
     print_table(out)
+    micro = None
     if len(sys.argv) > 3:
         mla_table(peers, sys.argv[3])
+        try:
+            with open(sys.argv[3]) as f:
+                micro = json.load(f)
+        except (OSError, ValueError):
+            micro = None
+    lines = targets(rows, peers, micro)
+    if len(lines) > 1:
+        print()
+        print_table(lines)
+
+
+# Issue 10's targets on FLASH_ATTN's rows: (label, kind, cases, bound). Kinds: "cudnn" TFLOP/s over
+# the cuDNN peer's; "copy" the share of the copy bandwidth (pct_peak_bw); "time_vs" the case's time
+# over the second case's (at most the bound); "tflops_vs" its TFLOP/s over the second case's; "parts"
+# the case's time over the sum of the other two cases' times (at most the bound).
+TARGETS_10 = [
+    ("prefill 2 x 4k hd128 / cuDNN", "cudnn", ("prefill",), 1.0),
+    ("prefill 1 x 8k / cuDNN", "cudnn", ("prefill_8k",), 1.0),
+    ("prefill 1 x 16k / cuDNN", "cudnn", ("prefill_16k",), 1.0),
+    ("prefill 8 x 1k / cuDNN", "cudnn", ("prefill_1k",), 0.9),
+    ("prefill 2 x 4k hd64 32/32 / cuDNN", "cudnn", ("prefill_hd64",), 0.9),
+    ("prefill 2 x 4k hd256 16/16 / cuDNN", "cudnn", ("prefill_hd256",), 0.9),
+    ("decode 64 x 4k / copy", "copy", ("decode",), 0.95),
+    ("decode 128 x 2k / copy", "copy", ("decode_128x2k",), 0.95),
+    ("decode 16 x 32k / copy", "copy", ("decode_16x32k",), 0.95),
+    ("decode 256 x 1k 64q/8kv / copy", "copy", ("decode_gqa8",), 0.95),
+    ("fp8 decode 64 x 4k time / bf16", "time_vs", ("decode_fp8", "decode"), 0.55),
+    ("fp8 prefill 2 x 4k (quantized Q) / bf16 TFLOP/s", "tflops_vs", ("prefill_fp8q", "prefill"), 1.0),
+    ("2-token decode 16 x 2 @ 4k / copy", "copy", ("decode_2tok",), 0.9),
+    ("mixed step / its parts apart", "parts", ("mixed", "mixed_decodes", "mixed_prefills"), 0.9),
+]
+
+
+def targets(rows, peers, micro):
+    """The issue-target table: (target, figure, bound, met) rows, FLASH_ATTN's for issue 10 and the
+    FLASHMLA kernel's for issue 9; a target whose rows are missing from this run is left out."""
+    fa = {r.get("case"): r for r in rows if r.get("backend") == "flash_attn" and r.get("status") == "pass"}
+    out = [("issue target", "figure", "bound", "")]
+
+    def row(label, value, bound, at_most=False):
+        met = value <= bound if at_most else value >= bound
+        out.append((label, f"{value:.3f}", ("<= " if at_most else ">= ") + f"{bound:g}", "met" if met else "missed"))
+
+    for label, kind, cases, bound in TARGETS_10:
+        rs = [fa.get(c) for c in cases]
+        if any(r is None for r in rs):
+            continue
+        if kind == "cudnn":
+            pv, _ = peer_figure(peers, cases[0], "cudnn")
+            if pv and num(rs[0].get("tflops")):
+                row(label, num(rs[0]["tflops"]) / pv, bound)
+        elif kind == "copy" and num(rs[0].get("pct_peak_bw")):
+            row(label, num(rs[0]["pct_peak_bw"]) / 100, bound)
+        elif kind == "time_vs":
+            row(label, num(rs[0]["median_time_us"]) / num(rs[1]["median_time_us"]), bound, at_most=True)
+        elif kind == "tflops_vs":
+            row(label, num(rs[0]["tflops"]) / num(rs[1]["tflops"]), bound)
+        elif kind == "parts":
+            row(label, num(rs[0]["median_time_us"]) / (num(rs[1]["median_time_us"]) + num(rs[2]["median_time_us"])), bound,
+                at_most=True)
+    # Issue 9: the MLA decode kernel (micro benchmark) against the copy bandwidth of this run (any
+    # FLASH_ATTN decode row's GB/s over its share of it), 500 TFLOP/s, and 5 x the torch matmul MLA.
+    copy = None
+    for r in fa.values():
+        tbs, pct = num(r.get("tb_per_sec")), num(r.get("pct_peak_bw"))
+        if tbs and pct:
+            copy = tbs * 1000 / (pct / 100)
+            break
+    for bm in (micro or {}).get("benchmarks", []):
+        name = bm.get("name", "")
+        if not name.startswith("BM_FlashMlaDecodeKernel/") or bm.get("error_occurred"):
+            continue
+        heads, reqs, ctx, q_len = (int(x) for x in name.split("/")[1:5])
+        if q_len != 1:
+            continue
+        shape = f"MLA {heads} heads {reqs} x {ctx + 1}"
+        t = bm.get("real_time", 0) * {"ns": 1e-3, "us": 1, "ms": 1e3}.get(bm.get("time_unit", "us"), 1)
+        if heads == 16 and copy:
+            row(f"{shape} / copy", bm.get("GB/s", 0) / copy, 0.9)
+        if heads == 128:
+            row(f"{shape} TFLOP/s", bm.get("TFLOP/s", 0), 500)
+        for p in peers:
+            if (p.get("case") == "mla_decode" and num(p.get("batch")) == reqs and num(p.get("kv_len")) == ctx + 1
+                    and num(p.get("q_heads")) == heads and num(p.get("ms")) and t):
+                row(f"{shape} / torch matmul MLA", num(p["ms"]) * 1000 / t, 5.0)
+    return out
 
 
 def print_table(out):
@@ -134,5 +224,42 @@ def mla_table(peers, micro_path):
         print_table(out)
 
 
+def self_test():
+    """Synthetic rows: each kind of target reads back its ratio and verdict."""
+    fa = lambda case, **kw: dict(case=case, backend="flash_attn", status="pass", **{k: str(v) for k, v in kw.items()})
+    rows = [fa("prefill", tflops=550, median_time_us=500), fa("prefill_1k", tflops=300),
+            fa("decode", pct_peak_bw=97.5, tb_per_sec=2.955, median_time_us=360),
+            fa("decode_fp8", median_time_us=190), fa("prefill_fp8q", tflops=500),
+            fa("decode_2tok", pct_peak_bw=88.8), fa("mixed", median_time_us=185),
+            fa("mixed_decodes", median_time_us=150), fa("mixed_prefills", median_time_us=50),
+            dict(case="decode_128x2k", backend="flashinfer", status="pass", pct_peak_bw="99")]
+    peers = [dict(case="prefill_causal", peer="torch_sdpa_cudnn", batch="2", q_len="4096", kv_len="4096", q_heads="32",
+                  kv_heads="8", head_dim="128", tflops="500"),
+             dict(case="prefill_causal", peer="torch_sdpa_cudnn", batch="8", q_len="1024", kv_len="1024", q_heads="32",
+                  kv_heads="8", head_dim="128", tflops="400"),
+             dict(case="mla_decode", peer="torch_matmul", batch="64", kv_len="4096", q_heads="128", ms="0.65")]
+    micro = {"benchmarks": [
+        {"name": "BM_FlashMlaDecodeKernel/128/64/4095/1/manual_time", "real_time": 130.0, "time_unit": "us", "TFLOP/s": 560.0},
+        {"name": "BM_FlashMlaDecodeKernel/16/64/4095/1/manual_time", "real_time": 116.0, "time_unit": "us", "GB/s": 2625.0}]}
+    got = {r[0]: r[1:] for r in targets(rows, peers, micro)[1:]}
+    want = {
+        "prefill 2 x 4k hd128 / cuDNN": ("1.100", ">= 1", "met"),
+        "prefill 8 x 1k / cuDNN": ("0.750", ">= 0.9", "missed"),
+        "decode 64 x 4k / copy": ("0.975", ">= 0.95", "met"),
+        "fp8 decode 64 x 4k time / bf16": ("0.528", "<= 0.55", "met"),
+        "fp8 prefill 2 x 4k (quantized Q) / bf16 TFLOP/s": ("0.909", ">= 1", "missed"),
+        "2-token decode 16 x 2 @ 4k / copy": ("0.888", ">= 0.9", "missed"),
+        "mixed step / its parts apart": ("0.925", "<= 0.9", "missed"),
+        "MLA 128 heads 64 x 4096 TFLOP/s": ("560.000", ">= 500", "met"),
+        "MLA 128 heads 64 x 4096 / torch matmul MLA": ("5.000", ">= 5", "met"),
+        "MLA 16 heads 64 x 4096 / copy": ("0.866", ">= 0.9", "missed"),
+    }
+    assert got == want, got  # FLASHINFER's row and the targets without rows are left out
+    print("gpu-summary self-test: ok")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(self_test())
     main()
