@@ -210,7 +210,7 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
 #endif
 }
 
-// Short prefills on the sm_90a kernel take the planner's balanced fixed rounds, as FlashAttention's
+// Short prefills on the sm_90a kernel take the planner's balanced fixed rounds, as FLASH_ATTN's do
 // (16 ragged prefills of 512-612 tokens at 8/2 heads: 572 items on 132 SMs).
 TEST(FlashInferGpu, Sm90PrefillBalancedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
