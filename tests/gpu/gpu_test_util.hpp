@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/device.hpp"
+#include "model/scenario.hpp"
 
 // First statement of every GPU test body.
 #define ATTN_REQUIRE_CUDA_DEVICE()                                     \
@@ -25,6 +27,23 @@ inline bool sm90_device() {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   return major == 9 && minor == 0;
+}
+
+// SMs of the current device (0 where it cannot be told).
+inline int device_sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
+// Many short prefills: 16 ragged ones of 512-612 tokens, (context_len, query_len). At 8/2 heads of
+// size 128 they are 572 sm_90a work items, which the kernel's snake of fixed rounds leaves uneven
+// on 132 SMs, so the planner lists each CTA's items (balance_fixed_rounds, "rounds=balanced").
+inline std::vector<RequestShape> short_prefill_rounds() {
+  std::vector<RequestShape> r;
+  for (int i = 0; i < 16; ++i) r.push_back({0, 512 + (i * 37) % 101});
+  return r;
 }
 
 // Copies a whole device buffer back to the host.

@@ -515,18 +515,16 @@ TEST(FlashAttnSm90, BlockSizesNotDividingTheTile) {
   }
 }
 
-// Many short prefills (16 ragged ones of 512-612 tokens, 8/2 heads of size 128: 572 work items on
-// 132 SMs), which the kernel's snake of fixed rounds leaves uneven, so the planner lists each CTA's
-// items (balance_fixed_rounds, "rounds=balanced" on a 132-SM device): every row written and right.
+// Many short prefills (testing::short_prefill_rounds), which the kernel's snake of fixed rounds
+// leaves uneven, so the planner lists each CTA's items ("rounds=balanced" on a 132-SM device):
+// every row written and right.
 TEST(FlashAttnSm90, BalancedFixedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(8, 2, 128)};
-  for (int i = 0; i < 16; ++i) c.requests.push_back({0, 512 + (i * 37) % 101});
+  c.requests = testing::short_prefill_rounds();
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  if (pass_uses_sm90(c.spec, c.requests) && sms == 132)
+  if (pass_uses_sm90(c.spec, c.requests) && testing::device_sm_count() == 132)
     EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
 }
 

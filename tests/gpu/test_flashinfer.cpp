@@ -211,16 +211,14 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
 }
 
 // Short prefills on the sm_90a kernel take the planner's balanced fixed rounds, as FLASH_ATTN's do
-// (16 ragged prefills of 512-612 tokens at 8/2 heads: 572 items on 132 SMs).
+// (testing::short_prefill_rounds).
 TEST(FlashInferGpu, Sm90PrefillBalancedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(8, 2, 128)};
-  for (int i = 0; i < 16; ++i) c.requests.push_back({0, 512 + (i * 37) % 101});
+  c.requests = testing::short_prefill_rounds();
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  if (r.plan.find("prefill:sm90") != std::string::npos && sms == 132)
+  if (r.plan.find("prefill:sm90") != std::string::npos && testing::device_sm_count() == 132)
     EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
 }
 
