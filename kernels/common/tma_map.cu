@@ -23,14 +23,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
-}  // namespace
-
-CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                                  const uint32_t* box, bool fp16) {
+// The encoder's call for both element sizes; `what` names the caller in errors.
+CUtensorMap encode_tiled(const char* what, CUtensorMapDataType type, const void* base, int rank, const uint64_t* dims,
+                         const uint64_t* strides, const uint32_t* box) {
   const auto encode = encoder();
-  if (encode == nullptr) throw RuntimeError("make_tensor_map_16bit: the driver has no cuTensorMapEncodeTiled");
+  if (encode == nullptr) throw RuntimeError(std::string(what) + ": the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map{};
-  if (rank < 2 || rank > 4) throw RuntimeError("make_tensor_map_16bit: rank " + std::to_string(rank) + " (2 to 4)");
+  if (rank < 2 || rank > 4) throw RuntimeError(std::string(what) + ": rank " + std::to_string(rank) + " (2 to 4)");
   cuuint64_t d[4] = {}, s[3] = {};
   cuuint32_t b[4] = {}, e[4] = {1, 1, 1, 1};
   for (int i = 0; i < rank; ++i) {
@@ -38,17 +37,29 @@ CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* di
     b[i] = box[i];
     if (i + 1 < rank) s[i] = strides[i];
   }
-  const CUresult r = encode(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, e,
+  const CUresult r = encode(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, e,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::string shape;
     for (int i = 0; i < rank; ++i) shape += (i ? " x " : "") + std::to_string(dims[i]);
-    throw RuntimeError("make_tensor_map_16bit: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
+    throw RuntimeError(std::string(what) + ": cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
                        ") for a tensor of " + shape + " elements");
   }
   return map;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
+                                  const uint32_t* box, bool fp16) {
+  return encode_tiled("make_tensor_map_16bit", fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                      base, rank, dims, strides, box);
+}
+
+CUtensorMap make_tensor_map_8bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
+                                 const uint32_t* box) {
+  return encode_tiled("make_tensor_map_8bit", CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides, box);
 }
 
 }  // namespace attn

@@ -39,12 +39,13 @@
 // fp8 tensor cores (kFp8Mma, head size 128, an e4m3 cache and a quantized query, as vLLM runs
 // FlashAttention-3 when the query arrives in fp8): Q K^T and P V are m64n128k32 e4m3 products at
 // twice the 16-bit rate, on the codes themselves. The consumers quantize Q (e4m3(q / q_scale), exact:
-// the batch's queries are already on that grid) into a 128 x 128-byte tile; the producer copies K's
-// codes into the swizzled tile the descriptors read and V's into a staging tile, then transposes V
+// the batch's queries are already on that grid) into a 128 x 128-byte tile; the producer moves K's
+// codes into the swizzled tile the descriptors read and V's into a staging tile (whole page boxes by
+// the copy engine, the rest by cp.async), then transposes V
 // into V^T (8-bit operands must be K-major, i.e. keys contiguous), the keys of each 32-key k-step in
 // the order the S accumulators hold them, so that P goes from the accumulators to the A registers of
-// P V with no shuffle; P is rounded to e4m3 (scaled by 2^8, which the row sums cancel) and O is
-// descaled by v_descale in fp32.
+// P V with no shuffle; P is rounded to e4m3 (scaled by 2^6 under a row max that may lag by 2^2,
+// which the row sums cancel) and O is descaled by v_descale in fp32.
 //
 // Shared-memory layout of an R x D 16-bit tile (Q: R = 128; K, V: R = B): D / 64 column blocks of
 // 64 elements (128 bytes per row), each [R rows][128 B]; within a block, the 16-byte chunk c of
@@ -97,16 +98,21 @@ constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDimV == kHeadDim && (kHeadD
 // setmaxnreg.inc wait forever). 16-bit caches: 40 + 232 (two consumers) or 40 + 152 (three). An
 // fp8 cache's producer holds block-table entries, copy addresses and codes being widened: 88 at
 // head sizes 96, 128 and 192 (72 spilled 56 bytes at 128), 72 at 64 and 256 (256's consumers spill
-// below 216). The overlapped schedule (kOverlap) keeps 40 + 232: its consumers hold S, P and O.
+// below 216). The fp8 tensor-core path (kFp8Mma) 96 + 200: its producer also issues the bulk copies
+// and transposes V (at 88 it spilled 12 bytes; the widened path keeps 88 + 208, which ran 1 % faster
+// than 96 + 200). The overlapped schedule (kOverlap) keeps 40 + 232: its consumers hold S, P and O.
 // Persistent decode launches (kDecodes) 56 + 224: their producer also claims work items and waits
 // for their ids (at 40 it spilled 72-88 bytes); their consumers are not overlapped.
-template <int kHeadDim, bool kFp8, bool kDecodes = false>
-constexpr int kProducerRegs = !kFp8 ? (kDecodes && kHeadDim != 256 ? 56 : 40) : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
-template <int kHeadDim, bool kFp8, int kNumConsumers, bool kDecodes = false>
+template <int kHeadDim, bool kFp8, bool kDecodes = false, bool kFp8Mma = false>
+constexpr int kProducerRegs = !kFp8 ? (kDecodes && kHeadDim != 256 ? 56 : 40)
+                              : kFp8Mma ? 96
+                              : kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 ? 88 : 72;
+template <int kHeadDim, bool kFp8, int kNumConsumers, bool kDecodes = false, bool kFp8Mma = false>
 constexpr int kConsumerRegs = (65536 / (128 * (kNumConsumers + 1)) / 8 * 8 * (kNumConsumers + 1) -
-                               kProducerRegs<kHeadDim, kFp8, kDecodes>) / kNumConsumers / 8 * 8;
+                               kProducerRegs<kHeadDim, kFp8, kDecodes, kFp8Mma>) / kNumConsumers / 8 * 8;
 static_assert(kConsumerRegs<128, false, 2> == 232 && kConsumerRegs<128, true, 2> == 208 &&
-                  kConsumerRegs<256, true, 2> == 216 && kConsumerRegs<64, false, 3> == 152,
+                  kConsumerRegs<128, true, 2, false, true> == 200 && kConsumerRegs<256, true, 2> == 216 &&
+                  kConsumerRegs<64, false, 3> == 152,
               "the budgets the comment above states");
 // Persistent CTAs (a loop over work items) for every head size but 256: with 128 O accumulators
 // per thread the loop's state spills there (48 bytes), and one CTA per item ran 10 % faster.
@@ -150,8 +156,9 @@ struct Sm90Traits {
   static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? (kBlockN == 128 ? 2 : 4) : kHeadDim <= 192 ? 3 : 2;
   // Claimed work items in flight (the dynamic schedule, see the kernel): a ring of item ids.
   static constexpr int kIdSlots = 8;
-  // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], then the ids.
-  static constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * kIdSlots * 8 + kIdSlots * 4;
+  // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], landed[kStages], then
+  // the ids.
+  static constexpr int kBarrierBytes = 3 * kStages * 8 + 2 * kIdSlots * 8 + kIdSlots * 4;
   // Fixed rounds from the planner's list (FlashAttnParams::work_order): the CTA's first kOrderSlots
   // item ids, copied into shared memory at its start (read from global memory at every item start,
   // each would cost the item an L2 round trip: a CTA's ids are a column of the list).
@@ -238,7 +245,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
   auto id_full_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + slot); };
   auto id_empty_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + Tr::kIdSlots + slot); };
-  int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + 8 * (2 * kStages + 2 * Tr::kIdSlots));
+  // kFp8Mma with maps: the stage's bulk copies of codes landed (the producer transposes V after).
+  auto land_bar = [&](int stage) { return bar_addr + 8 * (2 * kStages + 2 * Tr::kIdSlots + stage); };
+  int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + 8 * (3 * kStages + 2 * Tr::kIdSlots));
   int* sOrder = sIds + Tr::kIdSlots;  // [kOrderSlots] this CTA's items of the planner's list
 
   const int tid = threadIdx.x;
@@ -345,9 +354,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread once its cp.async copies landed, plus the thread that issues the
-      // bulk copies (arrive + expected bytes) when there are maps.
-      mbar_init(full_bar(s), 128 + (maps.box_rows > 0 ? 1 : 0));
+      // bulk copies (arrive + expected bytes) when there are maps. kFp8Mma: every producer thread
+      // once it transposed its rows of V (its bulk copies complete "landed" first).
+      mbar_init(full_bar(s), 128 + (maps.box_rows > 0 && !kFp8Mma ? 1 : 0));
       mbar_init(empty_bar(s), 4 * kConsumers);  // every consumer warp, once its MMAs read the stage
+      mbar_init(land_bar(s), 1);                // kFp8Mma: the thread announcing the stage's bytes
     }
     for (int s = 0; s < Tr::kIdSlots; ++s) {
       mbar_init(id_full_bar(s), 1);                    // the producer thread that publishes the id
@@ -366,7 +377,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
 
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
-    setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8, kDecodes>>();
+    setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8, kDecodes, kFp8Mma>>();
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     bool cache_written = false;  // pdl_wait_for_producer returned
     // Boxes per tile by a shift where the box is a power of two slots (a division costs the
@@ -436,9 +447,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       fence_proxy_async();
       mbar_arrive(full_bar(stage));
     };
-    // kFp8Mma: producer warp w copies rows 32w .. 32w + 31 of every tile (copy i: chunk lane % 8 of
-    // row 32w + 4i + lane / 8), K's codes into the swizzled K tile that Q K^T reads, V's row-major
-    // into a staging tile at the start of the V region, and then transposes the rows it copied into
+    // kFp8Mma: producer warp w owns rows 32w .. 32w + 31 of every tile (whole boxes of them come by
+    // the copy engine, the others by its cp.async, copy i: chunk lane % 8 of row 32w + 4i + lane / 8),
+    // K's codes into the swizzled K tile that Q K^T reads, V's into a staging tile swizzled the same
+    // way at the start of the V region, and then it transposes those rows into
     // V^T ([128 dims][128 keys], swizzled) in the V region's upper half: P V's B operand, keys
     // contiguous. Byte 4t + i of V^T's 16-byte chunk j holds key 16j + {2t, 2t + 1, 2t + 8, 2t + 9}[i],
     // the order in which the S accumulators hold each 16 keys (k-slots 4t .. 4t + 3 of wgmma_rs_e4m3's
@@ -452,7 +464,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         const int j = 2 * warp + h;  // keys 16j .. 16j + 15
         uint32_t in[16];             // key 16j + k, head dims 4 lane .. 4 lane + 3: a whole row per load
 #pragma unroll
-        for (int k = 0; k < 16; ++k) in[k] = *reinterpret_cast<const uint32_t*>(vraw + (16 * j + k) * 128 + 4 * lane);
+        for (int k = 0; k < 16; ++k)  // bytes 4 lane .. of the row, its 16-byte chunk lane / 4 swizzled
+          in[k] = *reinterpret_cast<const uint32_t*>(vraw + (16 * j + k) * 128 + ((4 * lane) ^ ((k & 7) << 4)));
 #pragma unroll
         for (int st = 0; st < 4; ++st) {
           // Head dim 4 lane + e, e rotated with the lane so that each 8-lane phase of the 16-byte
@@ -471,9 +484,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       fence_proxy_async();
       mbar_arrive(full_bar(stage));
     };
-    // The oldest tile in flight, once its codes landed: widened (16-bit MMAs) or V transposed.
-    auto finish_fp8 = [&](int stage) {
+    // The oldest tile in flight (the CTA's tile u), once its codes landed: widened (16-bit MMAs)
+    // or V transposed (this thread's cp.async landed; with maps, the stage's bulk copies too).
+    auto finish_fp8 = [&](int u) {
+      const int stage = u % kStages;
       if constexpr (kFp8Mma) {
+        if (maps.box_rows > 0) mbar_wait(land_bar(stage), (u / kStages) & 1);
         transpose_v(stage);
       } else {
         widen_fp8(stage);
@@ -624,15 +640,42 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         const int64_t head_off8 = static_cast<int64_t>(kvh) * p.kv_head_stride;
         if constexpr (kFp8Mma) {
           uint8_t* vraw = dst + kKvBytes;
+          // Rows below bulk_rows come as whole boxes through the copy engine: a box of K and one of
+          // V per box_rows slots of a page, into the same 128-byte swizzle, issued by the warp whose
+          // rows the box starts in (the lane holding its block). Their bytes complete the stage's
+          // "landed" barrier, announced by thread 0 (0 bytes when none). The rows from the first
+          // box reaching seq_len on (or every row, without maps) by cp.async, zero past seq_len.
+          int bulk_rows = 0;
+          if (maps.box_rows > 0) {
+            const int rows = max(0, min(kBlockN, seq_len - key0));
+            bulk_rows = box_shift >= 0 ? (rows >> box_shift) << box_shift : rows / maps.box_rows * maps.box_rows;
+            if (ctid == 0) mbar_arrive_expect_tx(land_bar(stage), static_cast<uint32_t>(bulk_rows) * 256u);
+            const int uwarp = __shfl_sync(0xffffffffu, warp, 0);
+#pragma unroll 1
+            for (int r0 = 0; r0 < bulk_rows; r0 += maps.box_rows) {
+              if ((r0 >> 5) != uwarp) continue;
+              const int blk = __shfl_sync(0xffffffffu, my_blk, r0 & 31);
+              const int in_block = slot_of(key0 + r0);
+              const int c1 = maps.slot_inner ? in_block : kvh, c2 = maps.slot_inner ? kvh : in_block;
+              if (elect_one_sync()) {
+                tma_load_4d(smem_u32(dst) + r0 * 128, &maps.k, 0, c1, c2, blk, land_bar(stage));
+                tma_load_4d(smem_u32(vraw) + r0 * 128, &maps.v, 0, c1, c2, blk, land_bar(stage));
+              }
+            }
+          }
+          if (bulk_rows < kBlockN) {
 #pragma unroll
           for (int i = 0; i < kBlockN / 16; ++i) {
             const int r = 32 * warp + 4 * i + lane / 8, c = lane % 8;
-            const int key = key0 + r;
             const int blk = __shfl_sync(0xffffffffu, my_blk, 4 * i + lane / 8);
+            if (r < bulk_rows) continue;
+            const int key = key0 + r;
             const int64_t off = static_cast<int64_t>(blk) * p.kv_block_stride +
                                 static_cast<int64_t>(slot_of(key)) * p.kv_token_stride + head_off8 + c * 16;
-            cp_async_16(dst + r * 128 + ((c ^ (r & 7)) << 4), static_cast<const uint8_t*>(p.k_cache) + off, key < seq_len);
-            cp_async_16(vraw + r * 128 + c * 16, static_cast<const uint8_t*>(p.v_cache) + off, key < seq_len);
+            const uint32_t at = r * 128 + ((c ^ (r & 7)) << 4);  // K and V rows alike swizzled
+            cp_async_16(dst + at, static_cast<const uint8_t*>(p.k_cache) + off, key < seq_len);
+            cp_async_16(vraw + at, static_cast<const uint8_t*>(p.v_cache) + off, key < seq_len);
+          }
           }
         } else {
 #pragma unroll 4
@@ -677,7 +720,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           issue_fp8(n_begin + t, stage, blk8);
           if (u + 1 - widened == kLook) {
             cp_async_wait<kLook - 1>();
-            finish_fp8(widened % kStages);
+            finish_fp8(widened);
             ++widened;
           }
         } else {
@@ -697,7 +740,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     }
     if constexpr (kFp8) {
       cp_async_wait<0>();
-      for (; widened < done; ++widened) finish_fp8(widened % kStages);
+      for (; widened < done; ++widened) finish_fp8(widened);
     }
     if (have_v) fill_slot(done, pending, true, pending, false);  // kOverlap: the last tile's V
     cp_async_wait_all();  // no copy outlives its thread
@@ -715,7 +758,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers, kDecodes>>();
+  setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers, kDecodes, kFp8Mma>>();
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
@@ -883,9 +926,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // settled (within the first tiles on typical data; scenario decode_peaked_scores keeps it
     // rising), O is not rescaled: the warp skips its D / 2 multiplies when no row of it moved. m,
     // the sums and O stay consistent, so the LSE and the epilogue are unchanged. 16-bit P holds up
-    // to 2^8 with its usual relative rounding; e4m3 P (kFp8Mma) already carries 2^8 of its 448
-    // range, so there the max moves whenever it grows.
-    constexpr float kLazyLog2 = kFp8Mma ? 0.f : 8.f;
+    // to 2^8 with its usual relative rounding. e4m3 P (kFp8Mma) is stored times 2^kPLog2 =
+    // 2^(8 - kLazyLog2), so that it stays within 2^8 of e4m3's 448 however far the lazy max lags,
+    // while probabilities down to 2^-(6 + kPLog2) of the max stay out of e4m3's subnormals (below
+    // 2^-6). A lag of 2^2 instead of none: the max settles within a few tiles instead of growing
+    // at most of them (each growth rescaled the warp's 64 O accumulators).
+    constexpr float kLazyLog2 = kFp8Mma ? 2.f : 8.f;
+    constexpr float kPLog2 = kFp8Mma ? 8.f - kLazyLog2 : 0.f;
+    constexpr float kPUnscale = kFp8Mma ? 0x1p-6f : 1.f;  // 2^-kPLog2
     auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
       bool moved = false;
       const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
@@ -937,7 +985,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         corr[h] = move ? fast_exp2(old_max - m_use) : 1.f;
         // e4m3 P: P x 2^8 (up to 256 of e4m3's 448) keeps small probabilities out of e4m3's
         // subnormals; the row sums carry the same factor, which the epilogue takes out.
-        const float bias = kFp8Mma ? 8.f - m_use : -m_use;
+        const float bias = kPLog2 - m_use;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
@@ -1140,13 +1188,13 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         float sm = row_sum[h];
         sm += __shfl_xor_sync(0xffffffffu, sm, 1);
         sm += __shfl_xor_sync(0xffffffffu, sm, 2);
-        if constexpr (kFp8Mma) sm *= 0x1p-8f;  // the sums of P x 2^8 (O carries the factor too: wgt)
+        if constexpr (kFp8Mma) sm *= kPUnscale;  // the sums of P x 2^kPLog2 (O carries the factor too: wgt)
         const int prow = warp_row0 + g + 8 * h;
         const int t = token_of(prow);
         if (t >= q_len) continue;
         const int head = kvh * G + prow - t * G;
         const RowEnd end = end_row(row_max[h], sm, use_sink, use_sink ? p.sinks[head] * kLog2e : 0.f);
-        const float wgt = end.weight * v_descale * (kFp8Mma ? 0x1p-8f : 1.f);
+        const float wgt = end.weight * v_descale * kPUnscale;
         const float lse = end.lse2 * (p.lse_base2 ? 1.f : kLn2);
         const int64_t tok = q_start + t;
         const int64_t row_index = tok * p.num_q_heads + head;
@@ -1218,27 +1266,30 @@ inline bool sm90_tma() {
 // and no box crosses a page (48-slot pages under 128-key tiles: boxes of 16, as 16-slot pages
 // get; before, such pages were gathered row by row with cp.async). The maps of the last call
 // are kept: encoding them costs microseconds of host time, and a layer reuses its cache.
+// codes8: an fp8 cache's codes as bytes (the fp8 tensor-core path, kFp8Mma): boxes of 128 codes.
 template <int kHeadDim, int kBlockN>
-sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
+sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = false) {
   struct Key {
     const void *k, *v;
     int block_size, num_kv_heads;
     int64_t block, slot, head;
-    bool fp16;
+    bool fp16, codes8;
     bool operator==(const Key& o) const {
       return k == o.k && v == o.v && block_size == o.block_size && num_kv_heads == o.num_kv_heads && block == o.block &&
-             slot == o.slot && head == o.head && fp16 == o.fp16;
+             slot == o.slot && head == o.head && fp16 == o.fp16 && codes8 == o.codes8;
     }
   };
   static thread_local Key last{};
   static thread_local sm90::Sm90PageMaps maps{};
-  const Key key{p.k_cache, p.v_cache, p.block_size, p.num_kv_heads, p.kv_block_stride, p.kv_token_stride, p.kv_head_stride, fp16};
+  const Key key{p.k_cache, p.v_cache, p.block_size, p.num_kv_heads, p.kv_block_stride, p.kv_token_stride, p.kv_head_stride,
+                fp16, codes8};
   if (maps.box_rows != 0 && key == last) return maps;
   sm90::Sm90PageMaps m{};
   const int bs = p.block_size;
   const int box_rows = bs > 0 ? std::gcd(bs, kBlockN) : 0;  // a multiple of 16, as both are
-  const bool aligned = (p.kv_block_stride * 2) % 16 == 0 && (p.kv_token_stride * 2) % 16 == 0 &&
-                       (p.kv_head_stride * 2) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
+  const int64_t eb = codes8 ? 1 : 2;                        // bytes per element
+  const bool aligned = (p.kv_block_stride * eb) % 16 == 0 && (p.kv_token_stride * eb) % 16 == 0 &&
+                       (p.kv_head_stride * eb) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
   if (box_rows == 0 || box_rows % 16 != 0 || !aligned || !sm90_tma()) return m;
   m.box_rows = box_rows;
@@ -1246,16 +1297,18 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16) {
   // The block count is not a parameter: the bound only limits what the engine would fetch for an
   // out-of-range block index, and every index comes from the block table.
   constexpr uint64_t kMaxBlocks = uint64_t{1} << 30;
-  const uint64_t slot_dim[2] = {static_cast<uint64_t>(bs), static_cast<uint64_t>(p.kv_token_stride) * 2};
-  const uint64_t head_dim[2] = {static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(p.kv_head_stride) * 2};
+  const uint64_t slot_dim[2] = {static_cast<uint64_t>(bs), static_cast<uint64_t>(p.kv_token_stride * eb)};
+  const uint64_t head_dim[2] = {static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(p.kv_head_stride * eb)};
   const uint64_t* inner = m.slot_inner ? slot_dim : head_dim;
   const uint64_t* outer = m.slot_inner ? head_dim : slot_dim;
   const uint64_t dims[4] = {kHeadDim, inner[0], outer[0], kMaxBlocks};
-  const uint64_t strides[3] = {inner[1], outer[1], static_cast<uint64_t>(p.kv_block_stride) * 2};
-  const uint32_t box[4] = {64, m.slot_inner ? static_cast<uint32_t>(m.box_rows) : 1u,
+  const uint64_t strides[3] = {inner[1], outer[1], static_cast<uint64_t>(p.kv_block_stride * eb)};
+  const uint32_t box[4] = {codes8 ? 128u : 64u, m.slot_inner ? static_cast<uint32_t>(m.box_rows) : 1u,
                            m.slot_inner ? 1u : static_cast<uint32_t>(m.box_rows), 1};
-  m.k = make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16);
-  m.v = make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16);
+  m.k = codes8 ? make_tensor_map_8bit(p.k_cache, 4, dims, strides, box)
+               : make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16);
+  m.v = codes8 ? make_tensor_map_8bit(p.v_cache, 4, dims, strides, box)
+               : make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16);
   last = key;
   maps = m;
   return m;
@@ -1283,8 +1336,11 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   int64_t ctas = work;
   if constexpr (sm90::kPersistent<kHeadDim>) ctas = std::min<int64_t>(work, std::max(current_sm_count(), 1));
   const dim3 grid(static_cast<unsigned>(ctas));
-  // An fp8 cache has no 16-bit tensor maps: its producer copies the codes and widens them in place.
-  const sm90::Sm90PageMaps maps = kFp8 ? sm90::Sm90PageMaps{} : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
+  // An fp8 cache widened to fp16 has no maps: its producer copies the codes and widens them in
+  // place. The fp8 tensor-core path (kFp8Mma) moves the codes of whole boxes by the copy engine.
+  const sm90::Sm90PageMaps maps = kFp8Mma ? page_maps<kHeadDim, Tr::kBlockN>(p, false, true)
+                                  : kFp8  ? sm90::Sm90PageMaps{}
+                                          : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
   // After the step's cache write, which lets this kernel launch at once (the producer waits for
   // it before the first tile with new keys).
   sm90::Sm90Divisors divs;

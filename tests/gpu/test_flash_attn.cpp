@@ -623,6 +623,28 @@ TEST(FlashAttnSm90, Fp8TensorCores) {
   EXPECT_VALID(run_case(fp8_softcap_sinks_window(0.003f)));
 }
 
+// The fp8 tensor-core path moves whole boxes of gcd(block size, 128) slots of K's and V's codes by
+// the copy engine (each producer warp the boxes that start in its 32 rows: two of 16 slots, one of
+// 32, one of 64 on warps 0 and 2, one of 128 on warp 0) and the rows from the box that reaches
+// seq_len on by cp.async, zero past it. Every box size, pages larger than a tile, last pages ending
+// mid-block (NaN-poisoned tails: a box read past seq_len would show), a sequence shorter than a box.
+TEST(FlashAttnSm90, Fp8TensorCoresBoxSizes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const char* env = std::getenv("ATTN_FA_FP8_MMA");
+  const bool mma_expected = sm90_expected() && (env == nullptr || std::string(env) != "0");
+  for (const int bs : {32, 48, 64, 128, 256}) {
+    Case c{make_spec(8, 2, 128, DType::bf16, bs)};
+    c.spec.kv_cache_dtype = DType::fp8_e4m3;
+    c.spec.k_scale = 0.125f;
+    c.spec.v_scale = 0.0625f;
+    c.spec.q_scale = 0.0371f;
+    c.requests = {{0, 700}, {333, 450}, {1000, 77}, {0, 9}};
+    const Outcome r = run_case(c);
+    EXPECT_VALID(r) << " (block " << bs << ")";
+    EXPECT_EQ(r.plan.find("mma=e4m3") != std::string::npos, mma_expected) << r.plan;
+  }
+}
+
 TEST(FlashAttnSm90, LongCausalBf16) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 8, 128)};
