@@ -54,8 +54,11 @@ def peer_figure(peers, case, which):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    with open(sys.argv[1], newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(sys.argv[1], newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        sys.exit(f"gpu-summary: cannot read the benchmark rows {sys.argv[1]}: {e.strerror}")
     peers = []
     if len(sys.argv) > 2:
         try:
