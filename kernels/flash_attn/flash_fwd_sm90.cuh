@@ -983,8 +983,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         moved |= move;
         const float m_use = row_max[h] == -INFINITY ? 0.f : row_max[h];  // no visible key yet: keep P = 0
         corr[h] = move ? fast_exp2(old_max - m_use) : 1.f;
-        // e4m3 P: P x 2^8 (up to 256 of e4m3's 448) keeps small probabilities out of e4m3's
-        // subnormals; the row sums carry the same factor, which the epilogue takes out.
+        // e4m3 P: P x 2^kPLog2 (at most 256 of e4m3's 448 under the lazy max) keeps small
+        // probabilities out of e4m3's subnormals; the row sums carry the same factor, which the
+        // epilogue takes out.
         const float bias = kPLog2 - m_use;
         float sum = 0.f;
 #pragma unroll
