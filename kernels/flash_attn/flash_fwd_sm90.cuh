@@ -122,7 +122,7 @@ constexpr bool kPersistent = kHeadDim != 256;
 // memory (its 128 threads: a consumer reads only its own rows of Q, and writes O only there).
 constexpr int kBarTurn = 1, kBarQ = 4;
 
-template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_, int kKeys = 0>
+template <int kHeadDim_, bool kFp8, bool kDecodes, int kHeadDimV_ = kHeadDim_, int kKeys = 0, bool kFp8Mma = false>
 struct Sm90Traits {
   static constexpr int kHeadDim = kHeadDim_;
   // V's head size: kHeadDim, or 128 under head size 192 (the MLA prefill's qk 192 / v 128).
@@ -147,13 +147,14 @@ struct Sm90Traits {
   static constexpr int kQBlockBytes = kBlockM * 128;         // one 64-column block of Q
   static constexpr int kKvBlockBytes = kBlockN * 128;        // one 64-column block of K or V
   static constexpr int kQBytes = kQBlockBytes * kDimPad / 64;
-  static constexpr int kKvBytes = kKvBlockBytes * kDimPad / 64;   // a K tile (V's at equal head sizes)
-  static constexpr int kVBytes = kKvBlockBytes * kDimVPad / 64;
+  // kFp8Mma: K's codes (16 KB), then V's staged codes and V^T (16 KB each): stages of 48 KB.
+  static constexpr int kKvBytes = kFp8Mma ? kBlockN * 128 : kKvBlockBytes * kDimPad / 64;  // a K tile
+  static constexpr int kVBytes = kFp8Mma ? 2 * kBlockN * 128 : kKvBlockBytes * kDimVPad / 64;
   static constexpr int kStageBytes = kKvBytes + kVBytes;           // K, then V at kKvBytes
   // Ring depth: what fits beside Q. Head size 64 computes half as long per tile, so it keeps more
   // tiles in flight (5 stages of 32 KB); qk 192 / v 128 has four stages of 40 KB (64 keys) or two
   // of 80 KB (128 keys) beside its 48 KB Q.
-  static constexpr int kStages = kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? (kBlockN == 128 ? 2 : 4) : kHeadDim <= 192 ? 3 : 2;
+  static constexpr int kStages = kFp8Mma ? 4 : kHeadDim == 64 ? 5 : kHeadDimV != kHeadDim ? (kBlockN == 128 ? 2 : 4) : kHeadDim <= 192 ? 3 : 2;
   // Claimed work items in flight (the dynamic schedule, see the kernel): a ring of item ids.
   static constexpr int kIdSlots = 8;
   // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], landed[kStages], then
@@ -215,7 +216,7 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // registers moved), so prefill launches keep the kernel without it.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
           int kKeys = 0>
-__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>::kThreads), 1)
+__global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
 #if defined(ATTN_SM90A_DEVICE)
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // fp8 decodes run the mma.sync decode tiling (flash_attn_sm90_passes); at head size 192 the
   // second consumer loop spilled 20 bytes (its consumers have no register to spare).
   static_assert(!kDecodes || (!kFp8 && kHeadDim != 192), "decode launches: a 16-bit cache, not head size 192");
-  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>;
+  using Tr = Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>;
   using MmaT = std::conditional_t<kFp8, __half, Element>;  // operand dtype of the 16-bit MMAs
   constexpr bool kQToHalf = kFp8 && !kFp8Mma && !std::is_same_v<Element, __half>;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages, kChunks = Tr::kChunks;
@@ -1138,6 +1139,43 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           slot_waited = true;  // the slot holds the next item's first K: that item frees it
         }
       }
+    } else if constexpr (kFp8Mma) {
+      // Ping-pong between the consumers (FlashAttention-3's inter-warpgroup schedule): a turn issues
+      // P V of tile t - 1 and Q K^T of tile t together, so that one consumer's softmax runs while
+      // the other's two products keep the tensor cores busy (on fp8 products a tile's softmax is
+      // as long as its products). A consumer holds two stages: V of t - 1 until its P V completed.
+      if (num_tiles > 0) {
+        uint32_t pa[kPvSteps][4];
+        float corr[2];
+        int prev_stage = 0;
+        for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
+          const int u = done + n_tile - n_begin, stage = u % kStages;
+          mbar_wait(full_bar(stage), (u / kStages) & 1);
+          if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
+          float s[Tr::kAccS];
+          named_bar_sync(kBarTurn + wg, 256);
+          if (n_tile > n_begin) issue_pv(pa, prev_stage);
+          issue_qk(s, stage);
+          named_bar_arrive(kBarTurn + other, 256);  // a last P V follows: every consumer has another turn
+          wgmma_wait<0>();
+          fence_regs(s);
+          fence_regs(acc_o);
+          if (n_tile > n_begin) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty_bar(prev_stage));  // V of tile t - 1 is read
+          }
+          if (__any_sync(0xffffffffu, softmax(s, n_tile, corr))) rescale_o(corr);
+          to_a(s, pa);
+          prev_stage = stage;
+        }
+        named_bar_sync(kBarTurn + wg, 256);
+        issue_pv(pa, prev_stage);
+        if (pass_last) named_bar_arrive(kBarTurn + other, 256);
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar(prev_stage));
+      }
     } else {
       for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
         const int u = done + n_tile - n_begin;
@@ -1327,7 +1365,7 @@ inline int current_sm_count() {
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
           int kKeys = 0>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
-  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys>;
+  using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>;
   constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
