@@ -936,7 +936,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // at most of them (each growth rescaled the warp's 64 O accumulators).
     constexpr float kLazyLog2 = kFp8Mma ? 2.f : 8.f;
     constexpr float kPLog2 = kFp8Mma ? 8.f - kLazyLog2 : 0.f;
-    constexpr float kPUnscale = kFp8Mma ? 0x1p-6f : 1.f;  // 2^-kPLog2
+    constexpr float kPUnscale = 1.f / static_cast<float>(1 << static_cast<int>(kPLog2));  // 2^-kPLog2
     auto softmax = [&](float (&s)[Tr::kAccS], int n_tile, float (&corr)[2]) {
       bool moved = false;
       const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
