@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) warpgroup MMA wrappers shared by the kernel families: shared-memory matrix
 // descriptors (128-byte swizzle), wgmma fences/commit/wait, the async-proxy fence, and the
-// m64n{32,64,80,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS),
+// m64n{16,32,64,80,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS),
 // and m64n128k32 e4m3 (SS and RS). Outside an sm_90a device pass they compile to nothing, so a .cu
 // including them still builds for sm_80.
 #include <cuda_bf16.h>
@@ -154,6 +154,25 @@ __device__ __forceinline__ void fence_regs(uint32_t (&a)[M][N]) {
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 
+// m64n16k16 and m64n32k16 with A from shared memory K-major (TA "0") or M-major (TA "1": A's rows of
+// 64 along M, the V layout read as V^T), B K-major: the narrow MLA decode's products, whose N is
+// the query rows (flashmla_decode_sm90_narrow.cuh).
+#define ATTN_WGMMA_M64N16K16_SS_TA(TY, TA) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, " TA ", 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+
+#define ATTN_WGMMA_M64N32K16_SS_TA(TY, TA) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, " TA ", 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+
 // The m64n128k32 e4m3 instructions (fp8 tensor cores, twice the rate of the 16-bit ones): 64 fp32
 // accumulators per thread, A from shared memory (SS) or registers (RS: four 32-bit registers of four
 // codes each), B in shared memory. 8-bit operands have no transposed form: both are K-major.
@@ -201,6 +220,29 @@ __device__ __forceinline__ void wgmma_ss_nmajor_b(float (&d)[128], uint64_t desc
     ATTN_WGMMA_M64N256K16_SS_TB("f16");
   } else {
     ATTN_WGMMA_M64N256K16_SS_TB("bf16");
+  }
+#endif
+}
+
+// d[N/2] (+)= A(64 x 16) B(16 x N), N = 16 or 32, both in shared memory: A K-major, or M-major
+// where kTransA (its rows run along M: V read as V^T), B K-major. Accumulator layout as wgmma_ss.
+template <class Element, int kAcc, bool kTransA>
+__device__ __forceinline__ void wgmma_ss_narrow(float (&d)[kAcc], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  static_assert(kAcc == 8 || kAcc == 16, "m64n16 or m64n32");
+#if defined(ATTN_SM90A_DEVICE)
+  constexpr bool f16 = std::is_same_v<Element, __half>;
+  if constexpr (kAcc == 8) {
+    if constexpr (f16) {
+      if constexpr (kTransA) { ATTN_WGMMA_M64N16K16_SS_TA("f16", "1"); } else { ATTN_WGMMA_M64N16K16_SS_TA("f16", "0"); }
+    } else {
+      if constexpr (kTransA) { ATTN_WGMMA_M64N16K16_SS_TA("bf16", "1"); } else { ATTN_WGMMA_M64N16K16_SS_TA("bf16", "0"); }
+    }
+  } else {
+    if constexpr (f16) {
+      if constexpr (kTransA) { ATTN_WGMMA_M64N32K16_SS_TA("f16", "1"); } else { ATTN_WGMMA_M64N32K16_SS_TA("f16", "0"); }
+    } else {
+      if constexpr (kTransA) { ATTN_WGMMA_M64N32K16_SS_TA("bf16", "1"); } else { ATTN_WGMMA_M64N32K16_SS_TA("bf16", "0"); }
+    }
   }
 #endif
 }

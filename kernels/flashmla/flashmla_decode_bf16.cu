@@ -2,6 +2,7 @@
 // (flashmla_decode_sm90.cuh).
 #include "kernels/flashmla/flashmla_decode.cuh"
 #include "kernels/flashmla/flashmla_decode_sm90.cuh"
+#include "kernels/flashmla/flashmla_decode_sm90_narrow.cuh"
 
 namespace attn::mla {
 ATTN_FLASHMLA_INSTANTIATE(__nv_bfloat16)
@@ -9,4 +10,5 @@ ATTN_FLASHMLA_INSTANTIATE(__nv_bfloat16)
 
 namespace attn::mla::sm90 {
 ATTN_FLASHMLA_SM90_INSTANTIATE(__nv_bfloat16)
+ATTN_FLASHMLA_SM90_NARROW_INSTANTIATE(__nv_bfloat16)
 }  // namespace attn::mla::sm90

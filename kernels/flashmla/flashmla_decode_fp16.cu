@@ -2,6 +2,7 @@
 // (flashmla_decode_sm90.cuh).
 #include "kernels/flashmla/flashmla_decode.cuh"
 #include "kernels/flashmla/flashmla_decode_sm90.cuh"
+#include "kernels/flashmla/flashmla_decode_sm90_narrow.cuh"
 
 namespace attn::mla {
 ATTN_FLASHMLA_INSTANTIATE(__half)
@@ -9,4 +10,5 @@ ATTN_FLASHMLA_INSTANTIATE(__half)
 
 namespace attn::mla::sm90 {
 ATTN_FLASHMLA_SM90_INSTANTIATE(__half)
+ATTN_FLASHMLA_SM90_NARROW_INSTANTIATE(__half)
 }  // namespace attn::mla::sm90

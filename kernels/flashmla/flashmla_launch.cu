@@ -21,6 +21,9 @@ namespace sm90 {
 template <class Element>
 void run_flashmla_decode_sm90(const FlashMlaDecodeParams& p, const CUtensorMap& tm_kv, const CUtensorMap& tm_q,
                               cudaStream_t stream);
+template <class Element, int kN>
+void run_flashmla_decode_sm90_narrow(const FlashMlaDecodeParams& p, const CUtensorMap& tm_kv, const CUtensorMap& tm_q,
+                                     cudaStream_t stream);
 template <class Element>
 bool flashmla_sm90_compiled();
 }  // namespace sm90
@@ -28,21 +31,50 @@ bool flashmla_sm90_compiled();
 
 namespace {
 
+enum class Chosen { mma_sync, wgmma, narrow };
+
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
+Chosen choose(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
+  switch (kernel) {
+    case FlashMlaKernel::mma_sync: return Chosen::mma_sync;
+    case FlashMlaKernel::wgmma: return Chosen::wgmma;  // launch checks that they can run
+    case FlashMlaKernel::wgmma_narrow: return Chosen::narrow;
+    case FlashMlaKernel::automatic: break;
+  }
+  // Automatic: the sm_90a kernels wherever they run. Up to 32 packed rows the narrow one (keys as
+  // the MMA rows: the seesaw kernel pads such a request to 64 rows and computes 4 x its products);
+  // ATTN_FLASHMLA_NARROW=0 keeps the seesaw kernel there, ATTN_FLASHMLA_SM90=0 mma.sync everywhere.
+  static const bool never = env_is_zero("ATTN_FLASHMLA_SM90");
+  static const bool no_narrow = env_is_zero("ATTN_FLASHMLA_NARROW");
+  if (never || !flashmla_sm90_available(p, dtype)) return Chosen::mma_sync;
+  return p.q_len * p.num_heads <= kFlashMlaNarrowMaxRows && !no_narrow ? Chosen::narrow : Chosen::wgmma;
+}
+
 template <class Element>
-void run(const FlashMlaDecodeParams& p, bool fp16, FlashMlaKernel kernel, cudaStream_t stream) {
-  if (flashmla_uses_sm90(p, fp16 ? DType::f16 : DType::bf16, kernel)) {
-    // The latent cache as [num_blocks][64 slots][576]; the query as [batch * q_len * heads][576].
-    const uint64_t kv_dims[3] = {kFlashMlaHeadDimK, kFlashMlaBlockN, static_cast<uint64_t>(p.num_cache_blocks)};
-    const uint64_t kv_strides[2] = {kFlashMlaHeadDimK * 2, static_cast<uint64_t>(p.kv_block_stride) * 2};
-    const uint32_t kv_box[3] = {64, kFlashMlaBlockN, 1};
-    const uint64_t q_dims[2] = {kFlashMlaHeadDimK, static_cast<uint64_t>(p.batch) * p.q_len * p.num_heads};
-    const uint64_t q_strides[1] = {kFlashMlaHeadDimK * 2};
-    const uint32_t q_box[2] = {64, kFlashMlaBlockM};
-    const CUtensorMap tm_kv = make_tensor_map_16bit(p.kv_cache, 3, kv_dims, kv_strides, kv_box, fp16);
-    const CUtensorMap tm_q = make_tensor_map_16bit(p.q, 2, q_dims, q_strides, q_box, fp16);
+void run(const FlashMlaDecodeParams& p, bool fp16, Chosen chosen, cudaStream_t stream) {
+  if (chosen == Chosen::mma_sync) return mla::run_flashmla_decode<Element>(p, stream);
+  // The latent cache as [num_blocks][64 slots][576]; the query as [batch * q_len * heads][576],
+  // in boxes of 64 rows (the seesaw kernel's tile) or of the narrow kernel's N (16 or 32).
+  const int rows = p.q_len * p.num_heads;
+  const int narrow_n = rows <= 16 ? 16 : 32;
+  const uint64_t kv_dims[3] = {kFlashMlaHeadDimK, kFlashMlaBlockN, static_cast<uint64_t>(p.num_cache_blocks)};
+  const uint64_t kv_strides[2] = {kFlashMlaHeadDimK * 2, static_cast<uint64_t>(p.kv_block_stride) * 2};
+  const uint32_t kv_box[3] = {64, kFlashMlaBlockN, 1};
+  const uint64_t q_dims[2] = {kFlashMlaHeadDimK, static_cast<uint64_t>(p.batch) * rows};
+  const uint64_t q_strides[1] = {kFlashMlaHeadDimK * 2};
+  const uint32_t q_box[2] = {64, static_cast<uint32_t>(chosen == Chosen::narrow ? narrow_n : kFlashMlaBlockM)};
+  const CUtensorMap tm_kv = make_tensor_map_16bit(p.kv_cache, 3, kv_dims, kv_strides, kv_box, fp16);
+  const CUtensorMap tm_q = make_tensor_map_16bit(p.q, 2, q_dims, q_strides, q_box, fp16);
+  if (chosen == Chosen::wgmma) {
     mla::sm90::run_flashmla_decode_sm90<Element>(p, tm_kv, tm_q, stream);
+  } else if (narrow_n == 16) {
+    mla::sm90::run_flashmla_decode_sm90_narrow<Element, 16>(p, tm_kv, tm_q, stream);
   } else {
-    mla::run_flashmla_decode<Element>(p, stream);
+    mla::sm90::run_flashmla_decode_sm90_narrow<Element, 32>(p, tm_kv, tm_q, stream);
   }
 }
 
@@ -55,30 +87,32 @@ bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype) {
 }
 
 bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
-  if (kernel == FlashMlaKernel::mma_sync) return false;
-  if (kernel == FlashMlaKernel::wgmma) return true;  // launch checks that it can run
-  // Automatic: the sm_90a kernel wherever it runs, 16 rows too (padded to 64: the rows past a
-  // request are computed and never stored). Since its warpgroup 1 multiplies P0 first, it
-  // streams a 16-head 64 x 4k decode in 116 us against mma.sync's 120 (128 x 8k: 408 either
-  // way). ATTN_FLASHMLA_SM90=0 keeps mma.sync for A/B timing.
-  static const bool never = [] {
-    const char* v = std::getenv("ATTN_FLASHMLA_SM90");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
-  if (never) return false;
-  return flashmla_sm90_available(p, dtype);
+  return choose(p, dtype, kernel) != Chosen::mma_sync;
+}
+
+const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
+  switch (choose(p, dtype, kernel)) {
+    case Chosen::mma_sync: return "mma.sync";
+    case Chosen::wgmma: return "wgmma";
+    case Chosen::narrow: return "wgmma.narrow";
+  }
+  return "?";
 }
 
 void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream) {
   if (p.q_len < 1 || p.q_len > 2) throw RuntimeError("launch_flashmla_decode: q_len must be 1 or 2");
-  if (kernel == FlashMlaKernel::wgmma && !flashmla_sm90_available(p, dtype))
-    throw RuntimeError("launch_flashmla_decode: the wgmma kernel needs an sm_90 device, sm_90a in the build and the "
+  if ((kernel == FlashMlaKernel::wgmma || kernel == FlashMlaKernel::wgmma_narrow) && !flashmla_sm90_available(p, dtype))
+    throw RuntimeError("launch_flashmla_decode: the wgmma kernels need an sm_90 device, sm_90a in the build and the "
                        "cache's block count");
+  if (kernel == FlashMlaKernel::wgmma_narrow && p.q_len * p.num_heads > kFlashMlaNarrowMaxRows)
+    throw RuntimeError("launch_flashmla_decode: the narrow wgmma kernel serves at most " +
+                       std::to_string(kFlashMlaNarrowMaxRows) + " query rows per request (q_len x heads), got " +
+                       std::to_string(p.q_len * p.num_heads));
   if (p.num_parts == 0 || p.batch == 0) return;
   if (dtype == DType::bf16) {
-    run<__nv_bfloat16>(p, false, kernel, stream);
+    run<__nv_bfloat16>(p, false, choose(p, dtype, kernel), stream);
   } else if (dtype == DType::f16) {
-    run<__half>(p, true, kernel, stream);
+    run<__half>(p, true, choose(p, dtype, kernel), stream);
   } else {
     throw RuntimeError("launch_flashmla_decode: dtype must be fp16 or bf16, got " + std::string(to_string(dtype)));
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Plain C++ entry points of the FLASHMLA kernels (defined in flashmla_launch.cu; the kernel
-// instantiations of both decode kernels live in flashmla_decode_<dtype>.cu; the prefill gather
+// instantiations of the three decode kernels live in flashmla_decode_<dtype>.cu; the prefill gather
 // in flashmla_gather.cu).
 #include <cuda_runtime_api.h>
 
@@ -16,8 +16,14 @@ constexpr int kFlashMlaBlockN = 64;     // keys per tile = the cache block size
 
 // True when the sm_90a kernel can run p on this device (Hopper, sm_90a in the build).
 bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype);
-// True when launch_flashmla_decode(p, dtype, kernel, ...) runs the sm_90a kernel.
+// True when launch_flashmla_decode(p, dtype, kernel, ...) runs an sm_90a kernel.
 bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel = FlashMlaKernel::automatic);
+// The kernel that launch_flashmla_decode(p, dtype, kernel, ...) runs: "mma.sync", "wgmma" (the
+// seesaw kernel) or "wgmma.narrow".
+const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dtype,
+                                        FlashMlaKernel kernel = FlashMlaKernel::automatic);
+// Packed query rows per request (q_len x heads) up to which the narrow kernel serves a decode.
+constexpr int kFlashMlaNarrowMaxRows = 32;
 
 // Split-KV MLA decode over p.num_parts partitions. dtype: fp16 or bf16 (q, cache and o).
 // Throws RuntimeError on an unsupported dtype, a wgmma request it cannot serve, or a failed

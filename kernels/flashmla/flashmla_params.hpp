@@ -14,11 +14,14 @@
 
 namespace attn {
 
-// Which decode kernel runs. automatic: the sm_90a kernel (flashmla_decode_sm90.cuh) on a Hopper
-// device whose build has sm_90a, the mma.sync kernel (flashmla_decode.cuh) otherwise; the
-// environment variable ATTN_FLASHMLA_SM90=0 keeps mma.sync for A/B timing. The other two ask
-// for one kernel (wgmma throws where it cannot run).
-enum class FlashMlaKernel { automatic, mma_sync, wgmma };
+// Which decode kernel runs. automatic: on a Hopper device whose build has sm_90a, the narrow
+// sm_90a kernel (flashmla_decode_sm90_narrow.cuh: keys as the MMA rows) for requests of at most 32
+// packed query rows and the seesaw one (flashmla_decode_sm90.cuh: 64 query rows per tile) above;
+// the mma.sync kernel (flashmla_decode.cuh) elsewhere. For A/B timing the environment variable
+// ATTN_FLASHMLA_SM90=0 keeps mma.sync and ATTN_FLASHMLA_NARROW=0 the seesaw kernel for every
+// request. The other values ask for one kernel (the sm_90a ones throw where they cannot run,
+// wgmma_narrow also above 32 rows).
+enum class FlashMlaKernel { automatic, mma_sync, wgmma, wgmma_narrow };
 
 struct FlashMlaDecodeParams {
   // ---- inputs ------------------------------------------------------------------------------

@@ -12,7 +12,9 @@
 
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
+#include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "kernels/flashmla/flashmla_launch.hpp"
 #include "metadata/common.hpp"
 #include "reference/reference.hpp"
 #include "validate/validate.hpp"
@@ -86,10 +88,14 @@ Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& o
 
 std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
 
-// Both decode kernels where the device has both (automatic picks wgmma there).
-std::vector<FlashMlaKernel> decode_kernels() {
+// Every decode kernel the device runs: mma.sync, and on sm_90 the seesaw (64 rows) and the narrow
+// (keys as the MMA rows) wgmma kernels, the narrow one only for requests of at most 32 packed rows.
+std::vector<FlashMlaKernel> decode_kernels(int rows = 16) {
   std::vector<FlashMlaKernel> k = {FlashMlaKernel::mma_sync};
-  if (testing::sm90_device()) k.push_back(FlashMlaKernel::wgmma);
+  if (testing::sm90_device()) {
+    k.push_back(FlashMlaKernel::wgmma);
+    if (rows <= kFlashMlaNarrowMaxRows) k.push_back(FlashMlaKernel::wgmma_narrow);
+  }
   return k;
 }
 
@@ -132,11 +138,15 @@ TEST(FlashMlaGpu, TwoTokenDecodeRaggedContexts) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // q_len 2: the first token must not see the second (causal between them); 1-key-context and
   // block-boundary lengths.
-  for (const FlashMlaKernel k : decode_kernels()) {
+  for (const FlashMlaKernel k : decode_kernels(32)) {
     FlashMlaOptions o;
     o.decode_kernel = k;
     const Outcome r = run_case(make(mla_spec(16), {{0, 2}, {1, 2}, {62, 2}, {126, 2}, {2049, 2}, {9000, 2}}), 48, o);
     EXPECT_VALID(r);
+    // 8 heads x 2 tokens: 16 rows, the narrow kernel's N = 16 with two query tokens.
+    const Outcome r8 = run_case(make(mla_spec(8), {{0, 2}, {63, 2}, {700, 2}, {5000, 2}}), 16, o);
+    EXPECT_VALID(r8);
+    if (k == FlashMlaKernel::wgmma_narrow) continue;  // 256 rows
     const Outcome r128 = run_case(make(mla_spec(128), {{300, 2}, {5000, 2}}), 16, o);
     EXPECT_VALID(r128);
   }
@@ -156,12 +166,29 @@ TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   const Outcome r2 = run_case(make(mla_spec(32), {{0, 2}, {30, 2}, {62, 2}, {200, 2}, {4097, 2}}), 40);
   EXPECT_VALID(r2);
   EXPECT_NE(r2.plan.find("decode_kernel=wgmma"), std::string::npos) << r2.plan;
-  // The automatic choice takes wgmma for 16 rows (padded to 64) and 32 (16 heads x q_len 2) too.
+  EXPECT_EQ(r.plan.find("decode_kernel=wgmma.narrow"), std::string::npos) << r.plan;
+  // The automatic choice takes the narrow kernel for 16 rows and 32 (16 heads x q_len 2), unless
+  // ATTN_FLASHMLA_NARROW=0 keeps the seesaw kernel (rows padded to 64).
+  const char* narrow_env = std::getenv("ATTN_FLASHMLA_NARROW");
+  const std::string small_kernel =
+      narrow_env != nullptr && std::strcmp(narrow_env, "0") == 0 ? "decode_kernel=wgmma " : "decode_kernel=wgmma.narrow";
   const Outcome r16 = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32);
   EXPECT_VALID(r16);
-  EXPECT_NE(r16.plan.find("decode_kernel=wgmma"), std::string::npos) << r16.plan;
+  EXPECT_NE((r16.plan + " ").find(small_kernel), std::string::npos) << r16.plan;
   const Outcome r32 = run_case(make(mla_spec(16), {{100, 2}}), 16);
-  EXPECT_NE(r32.plan.find("decode_kernel=wgmma"), std::string::npos) << r32.plan;
+  EXPECT_NE((r32.plan + " ").find(small_kernel), std::string::npos) << r32.plan;
+  // Asked for, the seesaw kernel serves 16 rows too, and the narrow one refuses 64.
+  FlashMlaOptions seesaw;
+  seesaw.decode_kernel = FlashMlaKernel::wgmma;
+  const Outcome padded = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32, seesaw);
+  EXPECT_VALID(padded);
+  EXPECT_NE((padded.plan + " ").find("decode_kernel=wgmma "), std::string::npos) << padded.plan;
+  FlashMlaOptions narrow;
+  narrow.decode_kernel = FlashMlaKernel::wgmma_narrow;
+  const Batch b64 = make(mla_spec(64), {{100, 1}});
+  auto inst = make_flashmla_backend(narrow)->create(b64, build_common_metadata(b64), RunOptions{});
+  inst->plan();
+  EXPECT_THROW(inst->run(), RuntimeError);
   // Asked for, mma.sync serves them as on other devices.
   FlashMlaOptions o;
   o.decode_kernel = FlashMlaKernel::mma_sync;

@@ -260,7 +260,7 @@ class FlashMlaInstance final : public BackendInstance {
       p.q_len = q_len_;
       p.num_heads = batch_.spec.num_q_heads;
       p.num_cache_blocks = layout_.num_blocks;
-      out += flashmla_uses_sm90(p, batch_.spec.dtype, decode_kernel_) ? " decode_kernel=wgmma" : " decode_kernel=mma.sync";
+      out += std::string(" decode_kernel=") + flashmla_decode_kernel_name(p, batch_.spec.dtype, decode_kernel_);
     }
     if (prefill_) out += " " + prefill_->summary();
     if (kernel_only_) out += " kernel_only";
