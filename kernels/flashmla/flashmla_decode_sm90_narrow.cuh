@@ -2,10 +2,10 @@
 // FLASHMLA split-KV decode for Hopper (sm_90a) where a request has at most 32 packed query rows
 // (16 heads, q_len 1 or 2: DeepSeek-V3 at tensor parallel 8): the same products as
 // flashmla_decode_sm90.cuh, transposed. The seesaw kernel makes the query rows the MMA's M, which
-// is 64 on a warpgroup, so a 16-row request computed 4 x the useful tensor work; each 64-key block
-// then held its buffer for its whole padded products (~2 us of the 3.2 us per block of a 16-head
-// 128 x 8k decode on an H100) while the next block's copies waited for it. Here the keys are M and
-// the query rows N (16 or 32):
+// is 64 on a warpgroup, so a 16-row request computed 4 x the useful tensor work and each 64-key
+// block held its buffer through those padded products while the next block's copies waited (on an
+// H200, 16-head decodes ran ~1.2 x faster with either product left out; docs/PERF_NOTES.md,
+// FLASHMLA, thirtieth session). Here the keys are M and the query rows N (16 or 32):
 //
 //   S^T = K Q^T     64 keys x N, K-major A (the cached rows) and B (Q), 36 k-steps m64nNk16
 //   column softmax  a query row's max and sum over the block's keys: within a thread (2 keys),
