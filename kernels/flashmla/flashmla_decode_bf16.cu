@@ -1,5 +1,5 @@
-// FLASHMLA decode kernels for bf16: the mma.sync kernel (flashmla_decode.cuh) and the sm_90a one
-// (flashmla_decode_sm90.cuh).
+// FLASHMLA decode kernels for bf16: the mma.sync kernel (flashmla_decode.cuh) and the two sm_90a
+// ones (flashmla_decode_sm90.cuh: the seesaw kernel; flashmla_decode_sm90_narrow.cuh: up to 32 rows).
 #include "kernels/flashmla/flashmla_decode.cuh"
 #include "kernels/flashmla/flashmla_decode_sm90.cuh"
 #include "kernels/flashmla/flashmla_decode_sm90_narrow.cuh"
