@@ -9,7 +9,7 @@
 //
 //   S^T = K Q^T     64 keys x N, K-major A (the cached rows) and B (Q), 36 k-steps m64nNk16
 //   column softmax  a query row's max and sum over the block's keys: within a thread (2 keys),
-//                   the lanes of a quad column (shuffles) and the 4 warps (shared memory)
+//                   the 8 lanes sharing its columns (shuffles) and the 4 warps (shared memory)
 //   P stored        [N rows][64 keys], the K-major B of the next product
 //   O^T += V^T P^T  512 dims x N: 8 tiles of 64 dims, A = the block's first 512 columns read
 //                   M-major (transposed), 4 k-steps of 16 keys each
@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       }
       // Keys some row does not see (past the piece's end, and with two query tokens the first
       // one's causal limit) sit only in a piece's last block; the S^T row of a NaN page-tail key
-      // becomes -inf here. s[2 j' ... ]: element e of column block j is key 16 ww + g + 8 (e / 2)
-      // and column c = 2 j + e % 2.
+      // becomes -inf here. Accumulator e holds key 16 ww + g + 8 ((e % 4) / 2) of this thread's
+      // column c = 2 (e / 4) + e % 2.
       const int key0 = n * Tr::kBlockKeys + 16 * ww + g;
       if (n * Tr::kBlockKeys + Tr::kBlockKeys > min(kend, seq_len - p.q_len + 1)) {
 #pragma unroll
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
           if (!(key < kend && key <= seq_len - p.q_len + row_q[c])) s[e] = -INFINITY;
         }
       }
-      // Column maxima of the block: this thread's two keys, the 8 lanes of its quad column, the
-      // 4 warps.
+      // Column maxima of the block: this thread's two keys, the 8 lanes sharing its columns (lane
+      // bits 2-4), the 4 warps.
       float cmax[Tr::kCols];
 #pragma unroll
       for (int c = 0; c < Tr::kCols; ++c) {
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       if (lane == 0) mbar_arrive(empty_bar(k));
     }
 
-    // Epilogue: the row sums over the 8 lanes of a quad column and the 4 warps.
+    // Epilogue: the row sums over the 8 lanes sharing a column and the 4 warps.
 #pragma unroll
     for (int c = 0; c < Tr::kCols; ++c) {
       float l = row_sum[c];
