@@ -57,6 +57,7 @@
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flashmla/flashmla_launch.hpp"
+#include "kernels/flashmla/flashmla_partition.cuh"
 #include "kernels/flashmla/flashmla_params.hpp"
 
 namespace attn::mla::sm90 {
@@ -118,8 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   pdl_launch_dependents();  // the combine may launch now (flashmla_decode.cuh says why)
   const int m_block = blockIdx.x;
-  const int32_t* md = p.tile_scheduler_metadata + blockIdx.y * 8;
-  const int begin_req = md[0], begin_token = md[1], end_req = md[2], end_token = md[3], begin_split = md[4];
+  const MlaPartition part = mla_partition(p, blockIdx.y);
   const int rows = p.q_len * p.num_heads;  // packed rows of one request
   const int row0 = m_block * kBlockM;
 
@@ -138,13 +138,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // The (request, key range) pieces of this partition, walked identically by every role; a piece
-  // starts on a cache block (the scheduler cuts at blocks) and ends at end_token or seq_len.
-  auto piece_keys = [&](int req, int& kbegin, int& kend) {
-    kbegin = req == begin_req ? begin_token : 0;
-    kend = req == end_req ? end_token : p.seq_lens[req];
-  };
-
   if (warp >= 8) {
     setmaxnreg_dec<kProducerRegs>();
     if (tid == 256) {
@@ -157,11 +150,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int cb = cb0; cb < cb1; ++cb)
           tma_load_3d(sK_addr(k) + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
       };
-      for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
-        int kbegin, kend;
-        piece_keys(req, kbegin, kend);
+      for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
+        const MlaPiece pc = mla_piece<kBlockN>(p, part, req);
         const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
-        const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
+        const int n_begin = pc.n_begin, n_end = pc.n_end;
         // Per round, the groups in the order their previous contents are released: K0's a and
         // b (mid-round, after P0 V0L and P0 V0R), K1's b and a (the round's last products). The
         // piece's first block goes ahead of its Q, which waits for the previous piece's end.
@@ -199,14 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int h = 0; h < 2; ++h) row_q[h] = (row0 + 16 * ww + g + 8 * h) / p.num_heads;
   int uses0 = 0, uses1 = 0;  // blocks consumed from K0 / K1 so far (the producer's counts)
 
-  for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
-    int kbegin, kend;
-    piece_keys(req, kbegin, kend);
-    const int seq_len = p.seq_lens[req];
-    const int split = req == begin_req ? begin_split : 0;
-    const int split_base = p.num_splits[req];
-    const bool no_split = p.num_splits[req + 1] - split_base == 1;
-    const int n_begin = kbegin / kBlockN, n_end = kend > kbegin ? (kend + kBlockN - 1) / kBlockN : n_begin;
+  for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
+    const MlaPiece pc = mla_piece<kBlockN>(p, part, req);
+    const int kend = pc.kend, seq_len = pc.seq_len, split = pc.split, split_base = pc.split_base;
+    const bool no_split = pc.no_split;
+    const int n_begin = pc.n_begin, n_end = pc.n_end;
 
     float acc_o[128];  // O rows (g, g + 8) of this warp, columns 256 w + 8 j + 2 tq + (0, 1)
 #pragma unroll

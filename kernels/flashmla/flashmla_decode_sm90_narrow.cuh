@@ -40,6 +40,7 @@
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/flashmla/flashmla_launch.hpp"
+#include "kernels/flashmla/flashmla_partition.cuh"
 #include "kernels/flashmla/flashmla_params.hpp"
 
 namespace attn::mla::sm90 {
@@ -92,8 +93,7 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32;
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);  // warp-uniform for the compiler
   pdl_launch_dependents();  // the combine may launch now (flashmla_decode.cuh says why)
-  const int32_t* md = p.tile_scheduler_metadata + blockIdx.y * 8;
-  const int begin_req = md[0], begin_token = md[1], end_req = md[2], end_token = md[3], begin_split = md[4];
+  const MlaPartition part = mla_partition(p, blockIdx.y);
   const int rows = p.q_len * p.num_heads;  // packed rows of one request (<= kN)
 
   if (tid == 0) {
@@ -107,20 +107,14 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
   }
   __syncthreads();
 
-  auto piece_keys = [&](int req, int& kbegin, int& kend) {
-    kbegin = req == begin_req ? begin_token : 0;
-    kend = req == end_req ? end_token : p.seq_lens[req];
-  };
-
   if (warp == 4) {
     // ---- producer: lane 0 walks the pieces' blocks, buffer b % 2 for the partition's b-th block ----
     if (lane == 0) {
       int b = 0;
-      for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
-        int kbegin, kend;
-        piece_keys(req, kbegin, kend);
+      for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
+        const MlaPiece pc = mla_piece<Tr::kBlockKeys>(p, part, req);
         const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
-        const int n_begin = kbegin / Tr::kBlockKeys, n_end = kend > kbegin ? (kend + Tr::kBlockKeys - 1) / Tr::kBlockKeys : n_begin;
+        const int n_begin = pc.n_begin, n_end = pc.n_end;
         for (int n = n_begin; n < n_end || n == n_begin; ++n) {
           if (n < n_end) {
             const int k = b & 1, u = b >> 1;
@@ -160,14 +154,11 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
   const Sw128Desc p_desc = sw128_desc_words(sP_addr, 16, 1024).uniform();
   int b = 0;  // the partition's blocks consumed so far (the producer's count)
 
-  for (int req = begin_req, piece = 0; req <= end_req; ++req, ++piece) {
-    int kbegin, kend;
-    piece_keys(req, kbegin, kend);
-    const int seq_len = p.seq_lens[req];
-    const int split = req == begin_req ? begin_split : 0;
-    const int split_base = p.num_splits[req];
-    const bool no_split = p.num_splits[req + 1] - split_base == 1;
-    const int n_begin = kbegin / Tr::kBlockKeys, n_end = kend > kbegin ? (kend + Tr::kBlockKeys - 1) / Tr::kBlockKeys : n_begin;
+  for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
+    const MlaPiece pc = mla_piece<Tr::kBlockKeys>(p, part, req);
+    const int kend = pc.kend, seq_len = pc.seq_len, split = pc.split, split_base = pc.split_base;
+    const bool no_split = pc.no_split;
+    const int n_begin = pc.n_begin, n_end = pc.n_end;
 
     float acc_o[Tr::kVTiles][Tr::kAccS];  // O^T: dims 64 i + 16 ww + g (+ 8) x this thread's rows
 #pragma unroll
