@@ -86,10 +86,6 @@ bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype) {
                              : mla::sm90::flashmla_sm90_compiled<__nv_bfloat16>();
 }
 
-bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
-  return choose(p, dtype, kernel) != Chosen::mma_sync;
-}
-
 const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
   switch (choose(p, dtype, kernel)) {
     case Chosen::mma_sync: return "mma.sync";

@@ -16,8 +16,6 @@ constexpr int kFlashMlaBlockN = 64;     // keys per tile = the cache block size
 
 // True when the sm_90a kernel can run p on this device (Hopper, sm_90a in the build).
 bool flashmla_sm90_available(const FlashMlaDecodeParams& p, DType dtype);
-// True when launch_flashmla_decode(p, dtype, kernel, ...) runs an sm_90a kernel.
-bool flashmla_uses_sm90(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel = FlashMlaKernel::automatic);
 // The kernel that launch_flashmla_decode(p, dtype, kernel, ...) runs: "mma.sync", "wgmma" (the
 // seesaw kernel) or "wgmma.narrow".
 const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dtype,
