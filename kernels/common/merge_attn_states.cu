@@ -1,9 +1,10 @@
 // merge_attn_states: combines partial attention states by their log-sum-exp. One thread per
-// (token, head, 4 columns): every thread reads the LSEs of its row (the row's threads share them
-// through L1) and then all its partials' float4s at once, so a merge costs about one round trip
-// for the LSEs and one for the partials, whatever the head size. (One warp per row striding over
-// the columns waited for one round trip per 128 columns: the partial loads of the next stride
-// could not pass the stores of the last.)
+// (token, head, 4 columns). With up to four partials (split-KV, cascade, FlashMLA's split
+// requests) a thread loads their LSEs and float4s at once, so a merge costs one round trip to
+// L2 after the producer; with more it reads the LSEs (shared with the row's other threads through
+// L1) and then the partials, two round trips, whatever the head size. (One warp per row striding
+// over the columns waited for one round trip per 128 columns: the partial loads of the next
+// stride could not pass the stores of the last.)
 //
 // Launched with programmatic stream serialization: it may start while the kernel that wrote the
 // partials finishes (FLASHMLA's decode lets it), reads only the host-uploaded partial counts
@@ -26,6 +27,7 @@ namespace {
 
 constexpr int kMaxPartials = 64;
 constexpr int kThreads = 256;
+constexpr int kInFlight = 4;  // partials a thread loads at once (more take the loop)
 
 // Four consecutive outputs: one 16-byte (fp32) or 8-byte (16-bit) store.
 template <class Element>
@@ -71,26 +73,58 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
   const bool base2 = p.lse_base2 != 0;
   auto weight = [base2](float x) { return base2 ? exp2f(x) : expf(x); };
   const float* lse_p = p.lse_partial + first;
-  float m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, lse_p[i * stride]);
-  const float m_use = m == -INFINITY ? 0.f : m;
-  float total = 0.f;
-  for (int i = 0; i < count; ++i) total += weight(lse_p[i * stride] - m_use);
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-
   const float* o_p = p.o_partial + first * p.head_size + d;
   const int64_t o_stride = stride * p.head_size;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float m = -INFINITY, total = 0.f;
+  if (count <= kInFlight) {
+    // Up to kInFlight partials (FlashMLA's split requests, split-KV and cascade merges): their
+    // LSEs and float4s loaded at once, one round trip behind the producer instead of two (the
+    // float4 of an empty side is loaded too and never added).
+    float lse_v[kInFlight];
+    float4 o_v[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      if (i < count) {
+        lse_v[i] = lse_p[i * stride];
+        o_v[i] = *reinterpret_cast<const float4*>(o_p + i * o_stride);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (i < count) m = fmaxf(m, lse_v[i]);
+    const float m_use = m == -INFINITY ? 0.f : m;
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (i < count) total += weight(lse_v[i] - m_use);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      if (i >= count) continue;
+      const float w = weight(lse_v[i] - m_use) * inv;
+      if (w == 0.f) continue;  // an empty side may hold anything; never read it into the sum
+      acc.x += w * o_v[i].x;
+      acc.y += w * o_v[i].y;
+      acc.z += w * o_v[i].z;
+      acc.w += w * o_v[i].w;
+    }
+  } else {
+    for (int i = 0; i < count; ++i) m = fmaxf(m, lse_p[i * stride]);
+    const float m_use = m == -INFINITY ? 0.f : m;
+    for (int i = 0; i < count; ++i) total += weight(lse_p[i * stride] - m_use);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll 4
-  for (int i = 0; i < count; ++i) {
-    const float w = weight(lse_p[i * stride] - m_use) * inv;
-    if (w == 0.f) continue;  // an empty side may hold anything; never read it into the sum
-    const float4 v = *reinterpret_cast<const float4*>(o_p + i * o_stride);
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+    for (int i = 0; i < count; ++i) {
+      const float w = weight(lse_p[i * stride] - m_use) * inv;
+      if (w == 0.f) continue;
+      const float4 v = *reinterpret_cast<const float4*>(o_p + i * o_stride);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
   }
+  const float m_use = m == -INFINITY ? 0.f : m;
   store4(static_cast<Element*>(p.o) + row * p.head_size + d, acc);
   if (d == 0 && p.lse) {
     const int64_t token = row / p.num_heads, head = row % p.num_heads;

@@ -62,8 +62,8 @@ struct NarrowTraits {
   static constexpr int kAccS = kN / 2;                            // S^T accumulators per thread
   static constexpr int kCols = kN / 4;                            // query rows (columns) per thread
   static constexpr int kRedFloats = 4 * kN;                       // [warp][row] maxima or sums
-  static constexpr int kBarriers = 6;                             // K full/empty (4), Q full/empty
-  static constexpr int kSmemBytes = 2 * kKBytes + kQBytes + kPBytes + kRedFloats * 4 + kBarriers * 8 + 1024;
+  static constexpr int kBarriers = 8;                             // K full/empty (4), Q full/empty (4)
+  static constexpr int kSmemBytes = 2 * kKBytes + 2 * kQBytes + kPBytes + kRedFloats * 4 + kBarriers * 8 + 1024;
   static_assert(kN == 16 || kN == 32, "m64n16 or m64n32 products");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
@@ -80,15 +80,17 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
   const uint32_t raw_addr = smem_u32(smem_raw);
   uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
   uint8_t* sK0 = smem;                           // K buffers 0 and 1, Tr::kKBytes each
-  uint8_t* sQ = smem + 2 * Tr::kKBytes;          // [9][kN rows][128 B]
-  uint8_t* sP = sQ + Tr::kQBytes;                // [kN rows][128 B]
+  uint8_t* sQ = smem + 2 * Tr::kKBytes;          // Q slots 0 and 1, [9][kN rows][128 B] each
+  uint8_t* sP = sQ + 2 * Tr::kQBytes;            // [kN rows][128 B]
   float* sRed = reinterpret_cast<float*>(sP + Tr::kPBytes);  // [4 warps][kN]
-  const uint32_t sK_addr0 = smem_u32(sK0), sQ_addr = smem_u32(sQ), sP_addr = smem_u32(sP);
+  const uint32_t sK_addr0 = smem_u32(sK0), sQ_addr0 = smem_u32(sQ), sP_addr = smem_u32(sP);
   auto sK_addr = [&](int k) { return sK_addr0 + k * Tr::kKBytes; };
+  auto sQ_addr = [&](int qs) { return sQ_addr0 + qs * Tr::kQBytes; };
   const uint32_t bar_addr = smem_u32(sRed + Tr::kRedFloats);
   auto full_bar = [&](int k) { return bar_addr + 8 * k; };
   auto empty_bar = [&](int k) { return bar_addr + 8 * (2 + k); };
-  const uint32_t q_full = bar_addr + 8 * 4, q_empty = bar_addr + 8 * 5;
+  auto q_full = [&](int qs) { return bar_addr + 8 * (4 + qs); };
+  auto q_empty = [&](int qs) { return bar_addr + 8 * (6 + qs); };
 
   const int tid = threadIdx.x, lane = tid % 32;
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);  // warp-uniform for the compiler
@@ -101,38 +103,56 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       mbar_init(full_bar(k), 1);   // the producer's expect_tx arrival
       mbar_init(empty_bar(k), 4);  // every consumer warp, once its P V completed
     }
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, 4);
+    for (int qs = 0; qs < 2; ++qs) {
+      mbar_init(q_full(qs), 1);
+      mbar_init(q_empty(qs), 4);
+    }
     fence_barrier_init();
   }
   __syncthreads();
 
   if (warp == 4) {
-    // ---- producer: lane 0 walks the pieces' blocks, buffer b % 2 for the partition's b-th block ----
-    if (lane == 0) {
-      int b = 0;
-      for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
-        const MlaPiece pc = mla_piece<Tr::kBlockKeys>(p, part, req);
-        const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
-        const int n_begin = pc.n_begin, n_end = pc.n_end;
-        for (int n = n_begin; n < n_end || n == n_begin; ++n) {
-          if (n < n_end) {
-            const int k = b & 1, u = b >> 1;
-            if (u > 0) mbar_wait(empty_bar(k), (u - 1) & 1);
+    // ---- producer: the warp walks the pieces' blocks (buffer b % 2 for the partition's b-th
+    // block), lane 0 issues the copies. The block-table entries come 32 at a time, a lane each,
+    // the next 32 loaded as the current ones start: a refill never waits on a table load after its
+    // buffer came free (one round trip per block when lane 0 loaded each entry there), and the
+    // first copies wait for the scheduler's row and one table load only.
+    int b = 0;
+    for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
+      const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
+      const int n_first = req == part.begin_req ? part.begin_token / Tr::kBlockKeys : 0;
+      // Entries n0 + lane, within the row (past the piece's end they are loaded and never used).
+      auto window = [&](int n0) { return n0 + lane < p.block_table_stride ? table[n0 + lane] : 0; };
+      int win = n_first, cur = window(win), nxt = window(win + 32);
+      const MlaPiece pc = mla_piece<Tr::kBlockKeys>(p, part, req);
+      const int n_begin = pc.n_begin, n_end = pc.n_end;
+      const int qs = piece & 1;  // Q slot of the piece
+      for (int n = n_begin; n < n_end || n == n_begin; ++n) {
+        if (n < n_end) {
+          if (n == win + 32) {
+            win += 32;
+            cur = nxt;
+            nxt = window(win + 32);
+          }
+          const int blk = __shfl_sync(0xffffffffu, cur, n - win);
+          const int k = b & 1, u = b >> 1;
+          if (u > 0) mbar_wait(empty_bar(k), (u - 1) & 1);
+          if (lane == 0) {
             mbar_arrive_expect_tx(full_bar(k), Tr::kKBytes);
-            const int blk = table[n];
             for (int cb = 0; cb < Tr::kColBlocks; ++cb)
               tma_load_3d(sK_addr(k) + cb * Tr::kKColBytes, &tm_kv, cb * 64, 0, blk, full_bar(k));
-            ++b;
           }
-          if (n == n_begin) {
-            // Q of the piece (after its first block, which does not wait for the last piece's end):
-            // rows req * rows .. + kN - 1 of [batch * rows, 576]; rows past the request are the next
-            // one's (or zeros past the tensor) and never stored.
-            if (piece > 0) mbar_wait(q_empty, (piece - 1) & 1);
-            mbar_arrive_expect_tx(q_full, Tr::kQBytes);
+          ++b;
+        }
+        if (n == n_begin) {
+          // Q of the piece into slot piece % 2 (after its first block; the slot's last piece,
+          // two back, is long done): rows req * rows .. + kN - 1 of [batch * rows, 576]; rows
+          // past the request are the next one's (or zeros past the tensor) and never stored.
+          if (piece > 1) mbar_wait(q_empty(qs), ((piece >> 1) - 1) & 1);
+          if (lane == 0) {
+            mbar_arrive_expect_tx(q_full(qs), Tr::kQBytes);
             for (int cb = 0; cb < Tr::kColBlocks; ++cb)
-              tma_load_2d(sQ_addr + cb * Tr::kQColBytes, &tm_q, cb * 64, req * rows, q_full);
+              tma_load_2d(sQ_addr(qs) + cb * Tr::kQColBytes, &tm_q, cb * 64, req * rows, q_full(qs));
           }
         }
       }
@@ -150,7 +170,8 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
     col[c] = 8 * (c / 2) + 2 * tq + (c % 2);
     row_q[c] = col[c] / p.num_heads;  // query index of the row: the causal limit between two tokens
   }
-  const Sw128Desc q_desc = sw128_desc_words(sQ_addr, 16, 1024).uniform();
+  const Sw128Desc q_desc0 = sw128_desc_words(sQ_addr(0), 16, 1024).uniform();
+  const Sw128Desc q_desc1 = sw128_desc_words(sQ_addr(1), 16, 1024).uniform();
   const Sw128Desc p_desc = sw128_desc_words(sP_addr, 16, 1024).uniform();
   int b = 0;  // the partition's blocks consumed so far (the producer's count)
 
@@ -171,7 +192,9 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       row_max[c] = -INFINITY;
       row_sum[c] = 0.f;
     }
-    mbar_wait(q_full, piece & 1);
+    const int qs = piece & 1;
+    const Sw128Desc q_desc = qs ? q_desc1 : q_desc0;
+    mbar_wait(q_full(qs), (piece >> 1) & 1);
 
     for (int n = n_begin; n < n_end; ++n, ++b) {
       const int k = b & 1;
@@ -303,7 +326,7 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       row_sum[c] = l;
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(q_empty);  // this warp's products are done with Q
+    if (lane == 0) mbar_arrive(q_empty(qs));  // this warp's products are done with the piece's Q
     if (g == 0) {
 #pragma unroll
       for (int c = 0; c < Tr::kCols; ++c) sRed[ww * kN + col[c]] = row_sum[c];

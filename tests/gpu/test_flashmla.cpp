@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
@@ -195,6 +197,36 @@ TEST(FlashMlaGpu, WgmmaKernelTileEdgesAndSplits) {
   const Outcome forced = run_case(make(mla_spec(16), {{0, 1}, {33, 1}, {5000, 1}}), 32, o);
   EXPECT_VALID(forced);
   EXPECT_NE(forced.plan.find("decode_kernel=mma.sync"), std::string::npos) << forced.plan;
+}
+
+// Hundreds of short requests: each scheduler partition holds many pieces, so the kernels' per-piece
+// state (the narrow kernel's two Q slots and their barrier phases, the K buffers' count across
+// pieces, each piece's outputs) turns over many times in one CTA; ragged lengths, empty requests
+// and some split ones.
+TEST(FlashMlaGpu, ManyPiecesPerPartition) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (const int q_len : {1, 2}) {
+    std::vector<RequestShape> reqs;
+    for (int i = 0; i < 700; ++i) reqs.push_back({(i * 37) % 190 + (i % 50 == 0 ? 3000 : 0), q_len});
+    reqs[5].context_len = 0;
+    std::vector<int32_t> seq_lens;
+    for (const RequestShape& r : reqs) seq_lens.push_back(static_cast<int32_t>(r.seq_len()));
+    const flashmla::MlaMetadata md = flashmla::get_mla_metadata(seq_lens, 16 * q_len, 1, query_device_info().num_sms);
+    int most = 0;
+    for (int i = 0; i < md.num_parts; ++i) {
+      const flashmla::MlaPartition pt = md.partition(i);
+      most = std::max(most, pt.end_req - pt.begin_req + 1);
+    }
+    EXPECT_GE(most, 5) << "the batch no longer gives partitions of many pieces";
+    const Batch b = make(mla_spec(16), reqs);
+    for (const FlashMlaKernel k : decode_kernels(16 * q_len)) {
+      FlashMlaOptions o;
+      o.decode_kernel = k;
+      const Outcome r = run_case(b, 64, o);
+      EXPECT_VALID(r);
+      EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+    }
+  }
 }
 
 TEST(FlashMlaGpu, Fp16) {
