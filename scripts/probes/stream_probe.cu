@@ -1,0 +1,316 @@
+// How fast can one CTA stream from DRAM on sm_90a, by which copy mechanism, with how many bytes in
+// flight, and with how many CTAs streaming at once? Each CTA (one per SM: its shared memory takes
+// the SM) reads its own region once, after a read of 256 MB that leaves L2 cold and clean; a CTA's
+// rate is its bytes over its own span (globaltimer), the total all bytes over the first start to
+// the last end, the best of three runs. Modes: 1-D bulk copies (one thread, `slots` chunks in
+// flight), 16-byte loads by 256 or 1024 threads, FLASHMLA's cache blocks (9 boxes of 64 x 64, 128-byte
+// swizzle) and FLASH_ATTN's 16-token pages (boxes of 64 dims x 16 tokens of one head, shuffled
+// pages). docs/PERF_NOTES.md, Version 47, has the H100's figures.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Ilib -I. \
+//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe > probe.csv
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/common/mbarrier.cuh"
+#include "kernels/common/tma.cuh"
+
+using namespace attn::kern;
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e = (x);                                                             \
+    if (e != cudaSuccess) {                                                          \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));          \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+__device__ __forceinline__ uint64_t gtimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+extern __shared__ __align__(1024) uint8_t smem[];
+
+// times[2 * cta] = start, times[2 * cta + 1] = end (ns).
+// Mode 0: 1-D bulk copies of `chunk` bytes, `slots` in flight, one thread.
+__global__ void k_bulk1d(const uint8_t* src, size_t per_cta, int chunk, int slots, uint64_t* times) {
+  __shared__ __align__(8) uint64_t bars[32];
+  const uint8_t* base = src + per_cta * blockIdx.x;
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
+  fence_barrier_init();
+  const uint64_t t0 = gtimer();
+  const int n = static_cast<int>(per_cta / chunk);
+  for (int i = 0; i < std::min(n, slots); ++i) {
+    mbar_arrive_expect_tx(smem_addr(&bars[i]), chunk);
+    bulk_1d(smem_addr(smem + size_t(i) * chunk), base + size_t(i) * chunk, chunk, smem_addr(&bars[i]));
+  }
+  for (int i = 0; i < n; ++i) {
+    const int s = i % slots;
+    mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
+    const int j = i + slots;
+    if (j < n) {
+      mbar_arrive_expect_tx(smem_addr(&bars[s]), chunk);
+      bulk_1d(smem_addr(smem + size_t(s) * chunk), base + size_t(j) * chunk, chunk, smem_addr(&bars[s]));
+    }
+  }
+  times[2 * blockIdx.x] = t0;
+  times[2 * blockIdx.x + 1] = gtimer();
+}
+
+// Mode 1: 16-byte loads, `unroll` in flight per thread, blockDim threads.
+template <int U>
+__global__ void k_ldg(const uint8_t* src, size_t per_cta, uint64_t* times, uint32_t* sink) {
+  const uint4* base = reinterpret_cast<const uint4*>(src + per_cta * blockIdx.x);
+  const size_t n = per_cta / 16;
+  __syncthreads();
+  const uint64_t t0 = gtimer();
+  uint32_t acc = 0;
+  for (size_t i = threadIdx.x; i < n; i += size_t(blockDim.x) * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const size_t k = i + size_t(u) * blockDim.x;
+      if (k < n) asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(base + k));
+      else v[u] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    times[2 * blockIdx.x] = t0;
+    times[2 * blockIdx.x + 1] = gtimer();
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// Mode 2: the MLA latent cache: [rows][576] bf16, blocks of 64 rows = 9 boxes of 64 x 64 (128-byte
+// swizzle), `slots` blocks in flight; CTA c streams blocks c * per_blocks ...
+__global__ void k_mla(const __grid_constant__ CUtensorMap map, int per_blocks, int slots, uint64_t* times) {
+  __shared__ __align__(8) uint64_t bars[8];
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
+  fence_barrier_init();
+  constexpr uint32_t kBlock = 64 * 576 * 2;
+  const uint64_t t0 = gtimer();
+  auto issue = [&](int s, int blk) {
+    const uint32_t bar = smem_addr(&bars[s]);
+    mbar_arrive_expect_tx(bar, kBlock);
+    const int row = (blockIdx.x * per_blocks + blk) * 64;
+    for (int c = 0; c < 9; ++c) tma_load_2d(smem_addr(smem + size_t(s) * kBlock + c * 8192), &map, c * 64, row, bar);
+  };
+  for (int i = 0; i < std::min(per_blocks, slots); ++i) issue(i, i);
+  for (int i = 0; i < per_blocks; ++i) {
+    const int s = i % slots;
+    mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
+    if (i + slots < per_blocks) issue(s, i + slots);
+  }
+  times[2 * blockIdx.x] = t0;
+  times[2 * blockIdx.x + 1] = gtimer();
+}
+
+// Mode 3: the FLASH_ATTN paged cache, [pages][16 tokens][8 heads][128] bf16 for K and for V; CTA c
+// streams head c % 8 over its list of (shuffled) pages, stages of 64 keys = 4 pages x 2 halves x
+// (K, V) = 16 boxes of 64 dims x 16 tokens (2 KB), `slots` stages in flight.
+__global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
+                     const int* pages, int per_pages, int slots, uint64_t* times) {
+  __shared__ __align__(8) uint64_t bars[16];
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
+  fence_barrier_init();
+  constexpr uint32_t kStage = 64 * 128 * 2 * 2;
+  const int head = blockIdx.x % 8;
+  const int* list = pages + size_t(blockIdx.x) * per_pages;
+  const int stages = per_pages / 4;
+  const uint64_t t0 = gtimer();
+  auto issue = [&](int s, int st) {
+    const uint32_t bar = smem_addr(&bars[s]);
+    mbar_arrive_expect_tx(bar, kStage);
+    uint8_t* dst = smem + size_t(s) * kStage;
+    for (int p = 0; p < 4; ++p) {
+      const int page = list[st * 4 + p];
+      for (int h = 0; h < 2; ++h) {
+        tma_load_4d(smem_addr(dst + (p * 2 + h) * 2048), &kmap, h * 64, head, 0, page, bar);
+        tma_load_4d(smem_addr(dst + 16384 + (p * 2 + h) * 2048), &vmap, h * 64, head, 0, page, bar);
+      }
+    }
+  };
+  for (int i = 0; i < std::min(stages, slots); ++i) issue(i, i);
+  for (int i = 0; i < stages; ++i) {
+    const int s = i % slots;
+    mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
+    if (i + slots < stages) issue(s, i + slots);
+  }
+  times[2 * blockIdx.x] = t0;
+  times[2 * blockIdx.x + 1] = gtimer();
+}
+
+__global__ void k_flush(const uint4* buf, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint4 v = buf[i];
+    acc ^= v.x ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[1] = acc;
+}
+
+static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+}
+static CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                            const cuuint32_t* box) {
+  CUtensorMap m{};
+  cuuint32_t e[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides, box, e,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::printf("encode failed %d\n", int(r));
+    std::exit(1);
+  }
+  return m;
+}
+
+struct Result {
+  double per_cta_gbs;  // mean over CTAs of bytes / own span
+  double total_gbs;    // all bytes / (last end - first start)
+};
+
+int main() {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("device %s, %d SMs\n", prop.name, sms);
+  const size_t per_cta = size_t(16) << 20;  // 16 MB per CTA
+  const size_t total = per_cta * sms;
+  uint8_t* src = nullptr;
+  CK(cudaMalloc(&src, total));
+  CK(cudaMemset(src, 0x3c, total));
+  const size_t flush_bytes = size_t(256) << 20;
+  uint4* flush = nullptr;
+  CK(cudaMalloc(&flush, flush_bytes));
+  CK(cudaMemset(flush, 1, flush_bytes));
+  uint64_t* times = nullptr;
+  CK(cudaMalloc(&times, 2 * sizeof(uint64_t) * sms));
+  uint32_t* sink = nullptr;
+  CK(cudaMalloc(&sink, 64));
+  CK(cudaFuncSetAttribute(k_bulk1d, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_mla, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_ldg<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  CK(cudaFuncSetAttribute(k_ldg<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+
+  // MLA map over the whole buffer: rows of 576 bf16.
+  const cuuint64_t mla_rows = total / 1152;
+  const cuuint64_t mdims[2] = {576, mla_rows}, mstr[1] = {1152};
+  const cuuint32_t mbox[2] = {64, 64};
+  const CUtensorMap mla_map = make_map(src, 2, mdims, mstr, mbox);
+  const int mla_per_blocks = static_cast<int>(per_cta / 73728);
+  // FA maps: K in the first half of the buffer, V in the second; pages of 32 KB.
+  const size_t page_bytes = 16 * 8 * 128 * 2;
+  const int pool = static_cast<int>(total / 2 / page_bytes);
+  const cuuint64_t fdims[4] = {128, 8, 16, cuuint64_t(pool)}, fstr[3] = {256, 2048, page_bytes};
+  const cuuint32_t fbox[4] = {64, 1, 16, 1};
+  const CUtensorMap kmap = make_map(src, 4, fdims, fstr, fbox);
+  const CUtensorMap vmap = make_map(src + total / 2, 4, fdims, fstr, fbox);
+  // Each group of 8 CTAs (one per head) shares a list of pages, shuffled over the pool; a CTA
+  // streams 1024 pages of its head (4 KB of K and 4 KB of V each: 8 MB).
+  const int fa_per_pages = 1024;
+  std::vector<int> perm(pool);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int> lists(size_t(sms) * fa_per_pages);
+  for (int c = 0; c < sms; ++c)
+    for (int p = 0; p < fa_per_pages; ++p) lists[size_t(c) * fa_per_pages + p] = perm[(size_t(c / 8) * fa_per_pages + p) % pool];
+  int* dlists = nullptr;
+  CK(cudaMalloc(&dlists, lists.size() * sizeof(int)));
+  CK(cudaMemcpy(dlists, lists.data(), lists.size() * sizeof(int), cudaMemcpyHostToDevice));
+
+  auto measure = [&](int ctas, size_t bytes_per_cta, auto launch) {
+    Result best{0, 0};
+    for (int rep = 0; rep < 3; ++rep) {
+      k_flush<<<sms * 4, 512>>>(flush, flush_bytes / 16, sink);
+      launch();
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      std::vector<uint64_t> t(2 * ctas);
+      CK(cudaMemcpy(t.data(), times, t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      double sum = 0;
+      uint64_t lo = UINT64_MAX, hi = 0;
+      for (int c = 0; c < ctas; ++c) {
+        sum += double(bytes_per_cta) / double(t[2 * c + 1] - t[2 * c]);
+        lo = std::min(lo, t[2 * c]);
+        hi = std::max(hi, t[2 * c + 1]);
+      }
+      Result r{sum / ctas, double(bytes_per_cta) * ctas / double(hi - lo)};
+      if (r.total_gbs > best.total_gbs) best = r;
+    }
+    return best;
+  };
+  const int counts[] = {1, 8, 32, 66, 100, sms};
+  std::printf("mode,detail,in_flight_kb,ctas,per_cta_gbs,total_gbs\n");
+  auto row = [&](const char* mode, const char* detail, int kb, int ctas, Result r) {
+    std::printf("%s,%s,%d,%d,%.1f,%.1f\n", mode, detail, kb, ctas, r.per_cta_gbs, r.total_gbs);
+    std::fflush(stdout);
+  };
+  for (int ctas : counts) {
+    for (int chunk : {4096, 16384, 65536}) {
+      for (int kb : {32, 64, 128, 192}) {
+        const int slots = kb * 1024 / chunk;
+        if (slots < 1 || slots > 32) continue;
+        char d[32];
+        std::snprintf(d, sizeof d, "chunk%dk", chunk / 1024);
+        row("bulk1d", d, kb, ctas, measure(ctas, per_cta, [&] {
+              k_bulk1d<<<ctas, 32, size_t(slots) * chunk>>>(src, per_cta, chunk, slots, times);
+            }));
+      }
+    }
+    for (int threads : {256, 1024}) {
+      char d[32];
+      std::snprintf(d, sizeof d, "u4x%d", threads);
+      row("ldg", d, threads * 4 * 16 / 1024, ctas, measure(ctas, per_cta, [&] {
+            k_ldg<4><<<ctas, threads, 200 * 1024>>>(src, per_cta, times, sink);
+          }));
+      std::snprintf(d, sizeof d, "u8x%d", threads);
+      row("ldg", d, threads * 8 * 16 / 1024, ctas, measure(ctas, per_cta, [&] {
+            k_ldg<8><<<ctas, threads, 200 * 1024>>>(src, per_cta, times, sink);
+          }));
+    }
+    for (int slots : {1, 2, 3}) {
+      row("mla_boxes", "9x8KB", slots * 72, ctas, measure(ctas, size_t(mla_per_blocks) * 73728, [&] {
+            k_mla<<<ctas, 32, size_t(slots) * 73728>>>(mla_map, mla_per_blocks, slots, times);
+          }));
+    }
+    for (int slots : {2, 3, 4, 6}) {
+      row("fa_pages", "16x2KB", slots * 32, ctas, measure(ctas, size_t(fa_per_pages) * 8192, [&] {
+            k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+          }));
+    }
+  }
+  return 0;
+}
