@@ -161,6 +161,13 @@ def targets(rows, peers, micro):
         elif kind == "parts":
             row(label, num(rs[0]["median_time_us"]) / (num(rs[1]["median_time_us"]) + num(rs[2]["median_time_us"])), bound,
                 at_most=True)
+    # Issue 9's MLA prefill, reported beside the hd128 prefill of the same shape (no bound).
+    mla_pf = next((r for r in rows if r.get("case") == "mla_prefill" and r.get("backend") == "flashmla"
+                   and r.get("status") == "pass"), None)
+    fa_pf = fa.get("prefill_4x4k_ctx8k")
+    if mla_pf and fa_pf and num(mla_pf.get("tflops")) and num(fa_pf.get("tflops")):
+        out.append(("MLA prefill 4 x 4k on 8k TFLOP/s / hd128 same shape", f"{num(mla_pf['tflops']) / num(fa_pf['tflops']):.3f}",
+                    f"{num(mla_pf['tflops']):.1f} / {num(fa_pf['tflops']):.1f}", "reported"))
     # Issue 9: the MLA decode kernel (micro benchmark) against the copy bandwidth of this run (any
     # FLASH_ATTN decode row's GB/s over its share of it), 500 TFLOP/s, and 5 x the torch matmul MLA.
     copy = None
@@ -235,6 +242,8 @@ def self_test():
             fa("decode_fp8", median_time_us=190), fa("prefill_fp8q", tflops=500),
             fa("decode_2tok", pct_peak_bw=88.8), fa("mixed", median_time_us=185),
             fa("mixed_decodes", median_time_us=150), fa("mixed_prefills", median_time_us=50),
+            fa("prefill_4x4k_ctx8k", tflops=500),
+            dict(case="mla_prefill", backend="flashmla", status="pass", tflops="300"),
             dict(case="decode_128x2k", backend="flashinfer", status="pass", pct_peak_bw="99")]
     peers = [dict(case="prefill_causal", peer="torch_sdpa_cudnn", batch="2", q_len="4096", kv_len="4096", q_heads="32",
                   kv_heads="8", head_dim="128", tflops="500"),
@@ -256,6 +265,7 @@ def self_test():
         "MLA 128 heads 64 x 4096 TFLOP/s": ("560.000", ">= 500", "met"),
         "MLA 128 heads 64 x 4096 / torch matmul MLA": ("5.000", ">= 5", "met"),
         "MLA 16 heads 64 x 4096 / copy": ("0.866", ">= 0.9", "missed"),
+        "MLA prefill 4 x 4k on 8k TFLOP/s / hd128 same shape": ("0.600", "300.0 / 500.0", "reported"),
     }
     assert got == want, got  # FLASHINFER's row and the targets without rows are left out
     print("gpu-summary self-test: ok")
