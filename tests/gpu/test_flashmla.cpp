@@ -285,6 +285,44 @@ TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
   EXPECT_LT(max_diff, 4e-3);  // a few bf16 ulps of |o| <~ 0.5
 }
 
+// As many equal requests as partitions: each partition holds one whole request, no request is
+// split, and run() leaves the combine out (nothing to merge). The same schedule captured into a
+// graph keeps the combine (a replay must serve any later schedule) and replays to the same bits.
+TEST(FlashMlaGpu, UnsplitScheduleWithAndWithoutGraph) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const int parts = flashmla::mla_num_parts(query_device_info().num_sms, 16);
+  const Batch b = make(mla_spec(16), repeat(parts, 700, 1));
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    const Outcome r = run_case(b, 32, o);
+    EXPECT_VALID(r);
+    EXPECT_NE(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
+
+    auto inst = make_flashmla_backend(o)->create(b, build_common_metadata(b), RunOptions{});
+    inst->plan();
+    inst->poison();
+    inst->run();
+    const AttentionOutput direct = inst->fetch();
+    cudaStream_t s = static_cast<cudaStream_t>(inst->stream());
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    inst->poison();
+    inst->synchronize();
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    inst->run();
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    inst->poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    const AttentionOutput replay = inst->fetch();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    ASSERT_EQ(direct.o.size(), replay.o.size());
+    EXPECT_EQ(std::memcmp(direct.o.data(), replay.o.data(), direct.o.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(FlashMlaGpu, PrefillDeepseekShape) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // mla_prefill_deepseek: 2 decodes + a 64-token chunk after 192 cached + 48 after 64; the

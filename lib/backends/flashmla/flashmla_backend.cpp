@@ -277,6 +277,13 @@ class FlashMlaInstance final : public BackendInstance {
     num_splits_.upload_async(schedule_.num_splits.data(), schedule_.num_splits.size() * sizeof(int32_t), stream_);
   }
 
+  // Whether the current schedule cuts any request into several pieces.
+  bool schedule_splits() const {
+    for (int r = 0; r < num_decodes_; ++r)
+      if (schedule_.splits_of(r) > 1) return true;
+    return false;
+  }
+
   // The split-KV kernel over the decodes, then the combine of their split requests.
   void run_decode_kernel() {
     const AttentionSpec& s = batch_.spec;
@@ -303,7 +310,13 @@ class FlashMlaInstance final : public BackendInstance {
     p.softmax_scale = s.scale;
     launch_flashmla_decode(p, s.dtype, decode_kernel_, stream_);
 
-    // Combine: every (token, head) row is visited; requests in one piece return at once.
+    // Combine: every (token, head) row is visited; requests in one piece return at once. A
+    // schedule that splits no request leaves it nothing to merge (the kernel wrote every O and
+    // LSE), so it is not launched, except into a graph being captured: a replay must serve
+    // whatever schedule plan() uploads later.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ATTN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (!schedule_splits() && capture == cudaStreamCaptureStatusNone) return;
     MergeAttnParams mp{};
     mp.o_partial = o_accum_.as<float>();
     mp.lse_partial = lse_accum_.as<float>();
