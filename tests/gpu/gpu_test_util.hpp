@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.hpp"
 #include "core/device.hpp"
 #include "model/scenario.hpp"
 
@@ -59,6 +60,27 @@ DeviceBuffer upload_vector(const std::vector<T>& v) {
   DeviceBuffer buf(v.size() * sizeof(T));
   buf.upload(v.data(), buf.bytes());
   return buf;
+}
+
+// Captures inst.run() into a CUDA graph, poisons the outputs and replays the graph once: *out is
+// what the replay wrote. A CUDA error is a fatal failure of the calling test (check
+// HasFatalFailure() after the call).
+inline void replay_in_graph(BackendInstance& inst, AttentionOutput* out) {
+  inst.synchronize();
+  auto stream = static_cast<cudaStream_t>(inst.stream());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  inst.run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  ASSERT_EQ(made, cudaSuccess);
+  inst.poison();
+  const cudaError_t launched = cudaGraphLaunch(exec, stream);
+  if (launched == cudaSuccess) *out = inst.fetch();
+  cudaGraphExecDestroy(exec);
+  ASSERT_EQ(launched, cudaSuccess);
 }
 
 // Index of the first differing byte, or -1.

@@ -290,19 +290,9 @@ TEST(FlashAttnGpu, CudaGraphReplay) {
   const CommonAttentionMetadata m = build_common_metadata(b);
   auto inst = make_flash_attn_backend()->create(b, m, RunOptions{});
   inst->plan();
-  inst->synchronize();
-  auto stream = static_cast<cudaStream_t>(inst->stream());
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  inst->run();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  inst->poison();
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  const AttentionOutput out = inst->fetch();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  AttentionOutput out;
+  testing::replay_in_graph(*inst, &out);
+  if (HasFatalFailure()) return;
   const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(spec.dtype));
   EXPECT_TRUE(v.pass) << v.failure;
 }

@@ -354,19 +354,9 @@ TEST(FlashInferGpu, CudaGraphReplay) {
   const CommonAttentionMetadata m = build_common_metadata(b);
   auto inst = make_flashinfer_backend()->create(b, m, RunOptions{});
   inst->plan();
-  inst->synchronize();
-  auto stream = static_cast<cudaStream_t>(inst->stream());
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  inst->run();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  inst->poison();
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  const AttentionOutput out = inst->fetch();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  AttentionOutput out;
+  testing::replay_in_graph(*inst, &out);
+  if (HasFatalFailure()) return;
   const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(c.spec.dtype));
   EXPECT_TRUE(v.pass) << v.failure;
 }
@@ -386,19 +376,9 @@ TEST(FlashInferGpu, GraphPlannedForALargerBatchReplaysThisOne) {
   auto inst = make_flashinfer_backend()->create(b, m, opts);
   inst->plan();
   EXPECT_NE(inst->plan_summary().find("padded_work="), std::string::npos) << inst->plan_summary();
-  inst->synchronize();
-  auto stream = static_cast<cudaStream_t>(inst->stream());
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  inst->run();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  inst->poison();
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  const AttentionOutput out = inst->fetch();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  AttentionOutput out;
+  testing::replay_in_graph(*inst, &out);
+  if (HasFatalFailure()) return;
   const ValidationResult v = validate_output(b, out, compute_reference(b), default_budget(c.spec.dtype));
   EXPECT_TRUE(v.pass) << v.failure << " | " << inst->plan_summary();
 }

@@ -13,7 +13,6 @@
 
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
@@ -211,7 +210,7 @@ TEST(FlashMlaGpu, ManyPiecesPerPartition) {
     reqs[5].context_len = 0;
     std::vector<int32_t> seq_lens;
     for (const RequestShape& r : reqs) seq_lens.push_back(static_cast<int32_t>(r.seq_len()));
-    const flashmla::MlaMetadata md = flashmla::get_mla_metadata(seq_lens, 16 * q_len, 1, query_device_info().num_sms);
+    const flashmla::MlaMetadata md = flashmla::get_mla_metadata(seq_lens, 16 * q_len, 1, testing::device_sm_count());
     int most = 0;
     for (int i = 0; i < md.num_parts; ++i) {
       const flashmla::MlaPartition pt = md.partition(i);
@@ -251,20 +250,9 @@ TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
   EXPECT_EQ(inst->plan_summary().find("split_reqs=0 "), std::string::npos) << inst->plan_summary();
 
   // Graph: capture run() once, poison, replay.
-  cudaStream_t s = static_cast<cudaStream_t>(inst->stream());
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  inst->poison();
-  inst->synchronize();
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  inst->run();
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  inst->poison();
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  const AttentionOutput replay = inst->fetch();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  AttentionOutput replay;
+  testing::replay_in_graph(*inst, &replay);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(split.o.size(), replay.o.size());
   EXPECT_EQ(std::memcmp(split.o.data(), replay.o.data(), split.o.size() * sizeof(float)), 0);
 
@@ -290,7 +278,7 @@ TEST(FlashMlaGpu, SplitMatchesUnsplitAndGraphReplay) {
 // graph keeps the combine (a replay must serve any later schedule) and replays to the same bits.
 TEST(FlashMlaGpu, UnsplitScheduleWithAndWithoutGraph) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  const int parts = flashmla::mla_num_parts(query_device_info().num_sms, 16);
+  const int parts = flashmla::mla_num_parts(testing::device_sm_count(), 16);
   const Batch b = make(mla_spec(16), repeat(parts, 700, 1));
   for (const FlashMlaKernel k : decode_kernels()) {
     FlashMlaOptions o;
@@ -304,20 +292,9 @@ TEST(FlashMlaGpu, UnsplitScheduleWithAndWithoutGraph) {
     inst->poison();
     inst->run();
     const AttentionOutput direct = inst->fetch();
-    cudaStream_t s = static_cast<cudaStream_t>(inst->stream());
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    inst->poison();
-    inst->synchronize();
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    inst->run();
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    inst->poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-    const AttentionOutput replay = inst->fetch();
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    AttentionOutput replay;
+    testing::replay_in_graph(*inst, &replay);
+    if (HasFatalFailure()) return;
     ASSERT_EQ(direct.o.size(), replay.o.size());
     EXPECT_EQ(std::memcmp(direct.o.data(), replay.o.data(), direct.o.size() * sizeof(float)), 0);
   }
