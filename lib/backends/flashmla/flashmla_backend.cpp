@@ -271,17 +271,12 @@ class FlashMlaInstance final : public BackendInstance {
   int64_t decode_tokens() const { return int64_t{num_decodes_} * q_len_; }
 
   void upload_schedule() {
+    schedule_splits_ = false;
+    for (int r = 0; r < num_decodes_ && !schedule_splits_; ++r) schedule_splits_ = schedule_.splits_of(r) > 1;
     if (schedule_.num_parts > 0)
       tile_md_.upload_async(schedule_.tile_scheduler_metadata.data(),
                             schedule_.tile_scheduler_metadata.size() * sizeof(int32_t), stream_);
     num_splits_.upload_async(schedule_.num_splits.data(), schedule_.num_splits.size() * sizeof(int32_t), stream_);
-  }
-
-  // Whether the current schedule cuts any request into several pieces.
-  bool schedule_splits() const {
-    for (int r = 0; r < num_decodes_; ++r)
-      if (schedule_.splits_of(r) > 1) return true;
-    return false;
   }
 
   // The split-KV kernel over the decodes, then the combine of their split requests.
@@ -316,7 +311,7 @@ class FlashMlaInstance final : public BackendInstance {
     // whatever schedule plan() uploads later.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     ATTN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-    if (!schedule_splits() && capture == cudaStreamCaptureStatusNone) return;
+    if (!schedule_splits_ && capture == cudaStreamCaptureStatusNone) return;
     MergeAttnParams mp{};
     mp.o_partial = o_accum_.as<float>();
     mp.lse_partial = lse_accum_.as<float>();
@@ -412,6 +407,7 @@ class FlashMlaInstance final : public BackendInstance {
   KvCacheLayout layout_;
   CacheView view_;
   flashmla::MlaMetadata schedule_;
+  bool schedule_splits_ = false;  // the schedule cuts some request into pieces (the combine has work)
   DeviceBuffer cache_;          // [num_blocks, 64, 576] model dtype
   DeviceBuffer q_;              // [T, H, 192] model dtype: q_nope (128) ‖ q_pe (64)
   DeviceBuffer latent_;         // [T, 576] new tokens' kv_c ‖ k_pe
