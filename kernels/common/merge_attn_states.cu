@@ -76,6 +76,14 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
   const float* o_p = p.o_partial + first * p.head_size + d;
   const int64_t o_stride = stride * p.head_size;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  // An empty side (weight 0) may hold anything: never read it into the sum.
+  auto add = [&acc](float w, const float4& v) {
+    if (w == 0.f) return;
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  };
   float m = -INFINITY, total = 0.f;
   if (count <= kInFlight) {
     // Up to kInFlight partials (FlashMLA's split requests, split-KV and cascade merges): their
@@ -99,15 +107,8 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
       if (i < count) total += weight(lse_v[i] - m_use);
     const float inv = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      if (i >= count) continue;
-      const float w = weight(lse_v[i] - m_use) * inv;
-      if (w == 0.f) continue;  // an empty side may hold anything; never read it into the sum
-      acc.x += w * o_v[i].x;
-      acc.y += w * o_v[i].y;
-      acc.z += w * o_v[i].z;
-      acc.w += w * o_v[i].w;
-    }
+    for (int i = 0; i < kInFlight; ++i)
+      if (i < count) add(weight(lse_v[i] - m_use) * inv, o_v[i]);
   } else {
     for (int i = 0; i < count; ++i) m = fmaxf(m, lse_p[i * stride]);
     const float m_use = m == -INFINITY ? 0.f : m;
@@ -116,12 +117,7 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
 #pragma unroll 4
     for (int i = 0; i < count; ++i) {
       const float w = weight(lse_p[i * stride] - m_use) * inv;
-      if (w == 0.f) continue;
-      const float4 v = *reinterpret_cast<const float4*>(o_p + i * o_stride);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+      if (w != 0.f) add(w, *reinterpret_cast<const float4*>(o_p + i * o_stride));  // no load for an empty side
     }
   }
   const float m_use = m == -INFINITY ? 0.f : m;
