@@ -51,31 +51,34 @@ __device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t 
 
 extern __shared__ __align__(1024) uint8_t smem[];
 
-// times[2 * cta] = start, times[2 * cta + 1] = end (ns).
-// Mode 0: 1-D bulk copies of `chunk` bytes, `slots` in flight, one thread.
-__global__ void k_bulk1d(const uint8_t* src, size_t per_cta, int chunk, int slots, uint64_t* times) {
+// The one-thread ring of the copy modes: `n` units, `slots` in flight, unit i into slot i % slots
+// and reissued into that slot as soon as its barrier completes. issue(s, i, bar) arrives on bar
+// with the unit's bytes and issues its copies. Stamps times[2 * cta] = start, [2 * cta + 1] = end
+// (ns).
+template <class Issue>
+__device__ void stream_ring(int n, int slots, uint64_t* times, Issue issue) {
   __shared__ __align__(8) uint64_t bars[32];
-  const uint8_t* base = src + per_cta * blockIdx.x;
-  if (threadIdx.x != 0) return;
   for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
   fence_barrier_init();
   const uint64_t t0 = gtimer();
-  const int n = static_cast<int>(per_cta / chunk);
-  for (int i = 0; i < std::min(n, slots); ++i) {
-    mbar_arrive_expect_tx(smem_addr(&bars[i]), chunk);
-    bulk_1d(smem_addr(smem + size_t(i) * chunk), base + size_t(i) * chunk, chunk, smem_addr(&bars[i]));
-  }
+  for (int i = 0; i < std::min(n, slots); ++i) issue(i, i, smem_addr(&bars[i]));
   for (int i = 0; i < n; ++i) {
     const int s = i % slots;
     mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
-    const int j = i + slots;
-    if (j < n) {
-      mbar_arrive_expect_tx(smem_addr(&bars[s]), chunk);
-      bulk_1d(smem_addr(smem + size_t(s) * chunk), base + size_t(j) * chunk, chunk, smem_addr(&bars[s]));
-    }
+    if (i + slots < n) issue(s, i + slots, smem_addr(&bars[s]));
   }
   times[2 * blockIdx.x] = t0;
   times[2 * blockIdx.x + 1] = gtimer();
+}
+
+// Mode 0: 1-D bulk copies of `chunk` bytes, `slots` in flight, one thread.
+__global__ void k_bulk1d(const uint8_t* src, size_t per_cta, int chunk, int slots, uint64_t* times) {
+  if (threadIdx.x != 0) return;
+  const uint8_t* base = src + per_cta * blockIdx.x;
+  stream_ring(static_cast<int>(per_cta / chunk), slots, times, [&](int s, int i, uint32_t bar) {
+    mbar_arrive_expect_tx(bar, chunk);
+    bulk_1d(smem_addr(smem + size_t(s) * chunk), base + size_t(i) * chunk, chunk, bar);
+  });
 }
 
 // Mode 1: 16-byte loads, `unroll` in flight per thread, blockDim threads.
@@ -108,44 +111,26 @@ __global__ void k_ldg(const uint8_t* src, size_t per_cta, uint64_t* times, uint3
 // Mode 2: the MLA latent cache: [rows][576] bf16, blocks of 64 rows = 9 boxes of 64 x 64 (128-byte
 // swizzle), `slots` blocks in flight; CTA c streams blocks c * per_blocks ...
 __global__ void k_mla(const __grid_constant__ CUtensorMap map, int per_blocks, int slots, uint64_t* times) {
-  __shared__ __align__(8) uint64_t bars[8];
   if (threadIdx.x != 0) return;
-  for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
-  fence_barrier_init();
   constexpr uint32_t kBlock = 64 * 576 * 2;
-  const uint64_t t0 = gtimer();
-  auto issue = [&](int s, int blk) {
-    const uint32_t bar = smem_addr(&bars[s]);
+  stream_ring(per_blocks, slots, times, [&](int s, int blk, uint32_t bar) {
     mbar_arrive_expect_tx(bar, kBlock);
     const int row = (blockIdx.x * per_blocks + blk) * 64;
     for (int c = 0; c < 9; ++c) tma_load_2d(smem_addr(smem + size_t(s) * kBlock + c * 8192), &map, c * 64, row, bar);
-  };
-  for (int i = 0; i < std::min(per_blocks, slots); ++i) issue(i, i);
-  for (int i = 0; i < per_blocks; ++i) {
-    const int s = i % slots;
-    mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
-    if (i + slots < per_blocks) issue(s, i + slots);
-  }
-  times[2 * blockIdx.x] = t0;
-  times[2 * blockIdx.x + 1] = gtimer();
+  });
 }
 
 // Mode 3: the FLASH_ATTN paged cache, [pages][16 tokens][8 heads][128] bf16 for K and for V; CTA c
 // streams head c % 8 over its list of (shuffled) pages, stages of 64 keys = 4 pages x 2 halves x
-// (K, V) = 16 boxes of 64 dims x 16 tokens (2 KB), `slots` stages in flight.
+// (K, V) = 16 boxes of 64 dims x 16 tokens (2 KB), `slots` stages in flight. Each stage's four page
+// indices are loaded from global memory as it is issued (a real producer loads them a stage ahead).
 __global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
                      const int* pages, int per_pages, int slots, uint64_t* times) {
-  __shared__ __align__(8) uint64_t bars[16];
   if (threadIdx.x != 0) return;
-  for (int s = 0; s < slots; ++s) mbar_init(smem_addr(&bars[s]), 1);
-  fence_barrier_init();
   constexpr uint32_t kStage = 64 * 128 * 2 * 2;
   const int head = blockIdx.x % 8;
   const int* list = pages + size_t(blockIdx.x) * per_pages;
-  const int stages = per_pages / 4;
-  const uint64_t t0 = gtimer();
-  auto issue = [&](int s, int st) {
-    const uint32_t bar = smem_addr(&bars[s]);
+  stream_ring(per_pages / 4, slots, times, [&](int s, int st, uint32_t bar) {
     mbar_arrive_expect_tx(bar, kStage);
     uint8_t* dst = smem + size_t(s) * kStage;
     for (int p = 0; p < 4; ++p) {
@@ -155,15 +140,7 @@ __global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_cons
         tma_load_4d(smem_addr(dst + 16384 + (p * 2 + h) * 2048), &vmap, h * 64, head, 0, page, bar);
       }
     }
-  };
-  for (int i = 0; i < std::min(stages, slots); ++i) issue(i, i);
-  for (int i = 0; i < stages; ++i) {
-    const int s = i % slots;
-    mbar_wait(smem_addr(&bars[s]), (i / slots) & 1);
-    if (i + slots < stages) issue(s, i + slots);
-  }
-  times[2 * blockIdx.x] = t0;
-  times[2 * blockIdx.x + 1] = gtimer();
+  });
 }
 
 __global__ void k_flush(const uint4* buf, size_t n, uint32_t* sink) {
