@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "kernels/common/lse_merge.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/common/pdl_launch.hpp"
@@ -61,30 +62,29 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
     first = begin * seq_rows + row % seq_rows;
     stride = seq_rows;
   }
-  // A sequence in one piece was written directly by the kernel that produced it.
-  const bool merges = row < rows && !(p.seq_partials && count <= 1);
+  // A sequence in one piece was written directly by the kernel that produced it, and one of at
+  // most p.merged_upto pieces merged by it (FLASHMLA's seesaw decode).
+  const bool merges = row < rows && !(p.seq_partials && count <= max(p.merged_upto, 1));
   // The partials come from the kernel ahead: every thread that merges waits for it, and one
   // thread of the grid waits in any case, so that this grid never completes before that kernel
   // (work after this grid in the stream may read that kernel's outputs too).
   if (merges || idx == 0) kern::pdl_wait_for_producer();
   if (!merges) return;
 
-  // Weights e^(lse_i - max) / sum (2^ in base 2); a side with lse = -inf weighs 0.
+  // The weights and the sum in lse_merge.cuh's order (the FLASHMLA decode's own merge takes the
+  // same steps); a side with lse = -inf weighs 0 and is never read into the sum.
   const bool base2 = p.lse_base2 != 0;
-  auto weight = [base2](float x) { return base2 ? exp2f(x) : expf(x); };
   const float* lse_p = p.lse_partial + first;
   const float* o_p = p.o_partial + first * p.head_size + d;
   const int64_t o_stride = stride * p.head_size;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  // An empty side (weight 0) may hold anything: never read it into the sum.
   auto add = [&acc](float w, const float4& v) {
-    if (w == 0.f) return;
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+    kern::lse_merge_add(acc.x, w, v.x);
+    kern::lse_merge_add(acc.y, w, v.y);
+    kern::lse_merge_add(acc.z, w, v.z);
+    kern::lse_merge_add(acc.w, w, v.w);
   };
-  float m = -INFINITY, total = 0.f;
+  kern::LseMerge mg;
   if (count <= kInFlight) {
     // Up to kInFlight partials (FlashMLA's split requests, split-KV and cascade merges): their
     // LSEs and float4s loaded at once, one round trip behind the producer instead of two (the
@@ -98,34 +98,22 @@ __global__ void __launch_bounds__(kThreads) merge_attn_states_kernel(const __gri
         o_v[i] = *reinterpret_cast<const float4*>(o_p + i * o_stride);
       }
     }
+    mg = kern::lse_merge<kInFlight>([&](int i) { return lse_v[i]; }, count, base2);
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i)
-      if (i < count) m = fmaxf(m, lse_v[i]);
-    const float m_use = m == -INFINITY ? 0.f : m;
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i)
-      if (i < count) total += weight(lse_v[i] - m_use);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i)
-      if (i < count) add(weight(lse_v[i] - m_use) * inv, o_v[i]);
+      if (i < count) add(mg.weight(lse_v[i], base2), o_v[i]);
   } else {
-    for (int i = 0; i < count; ++i) m = fmaxf(m, lse_p[i * stride]);
-    const float m_use = m == -INFINITY ? 0.f : m;
-    for (int i = 0; i < count; ++i) total += weight(lse_p[i * stride] - m_use);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
+    mg = kern::lse_merge<0>([&](int i) { return lse_p[i * stride]; }, count, base2);
 #pragma unroll 4
     for (int i = 0; i < count; ++i) {
-      const float w = weight(lse_p[i * stride] - m_use) * inv;
+      const float w = mg.weight(lse_p[i * stride], base2);
       if (w != 0.f) add(w, *reinterpret_cast<const float4*>(o_p + i * o_stride));  // no load for an empty side
     }
   }
-  const float m_use = m == -INFINITY ? 0.f : m;
   store4(static_cast<Element*>(p.o) + row * p.head_size + d, acc);
   if (d == 0 && p.lse) {
     const int64_t token = row / p.num_heads, head = row % p.num_heads;
-    p.lse[token * p.lse_token_stride + head * p.lse_head_stride] =
-        total > 0.f ? m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
+    p.lse[token * p.lse_token_stride + head * p.lse_head_stride] = mg.lse;
   }
 }
 

@@ -14,7 +14,8 @@ namespace attn {
 // and a slot holds that sequence's tokens only:
 //   o_partial   [seq_partials[num_seqs], tokens_per_seq, num_heads, head_size]
 //   lse_partial [seq_partials[num_seqs], tokens_per_seq, num_heads]
-// A sequence with a single slot is skipped: its kernel wrote O and LSE directly. num_partials
+// A sequence with a single slot is skipped: its kernel wrote O and LSE directly (and so is one of
+// at most merged_upto slots, which its kernel merged itself). num_partials
 // is then unused; the counts are read on the device, so a captured graph follows new schedules.
 struct MergeAttnParams {
   const float* o_partial;    // [num_partials, num_tokens, num_heads, head_size] (or ragged, above)
@@ -29,6 +30,9 @@ struct MergeAttnParams {
   int head_size;
   const int32_t* seq_partials = nullptr;  // [num_tokens / tokens_per_seq + 1] prefix sums, or nullptr
   int tokens_per_seq = 1;
+  // Ragged: sequences of at most this many slots were merged by the kernel that wrote them (it
+  // also wrote their O and LSE), so the merge skips them (1: only single slots, written directly).
+  int merged_upto = 1;
   // FlashInfer's convention: every LSE, in and out, is log2 of the sum (lse2 = lse / ln 2).
   int lse_base2 = 0;
 };

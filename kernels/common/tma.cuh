@@ -35,6 +35,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// The same copy with an L2 cache policy (l2_evict_first_policy) for the lines it brings in.
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+}
+// An L2 policy under which the lines a copy brings are the first evicted: data streamed once, so
+// that it does not push out what is read again soon (a split-KV kernel's partials, read by the merge).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 // True in exactly one active lane of the warp (all lanes must take part). Copies issued under it
 // from warp-uniform operands compile to one UTMALDG each; issued from per-lane operands, a copy
 // becomes a loop over the active lanes.
@@ -50,6 +65,8 @@ __device__ __forceinline__ bool elect_one_sync() { return (threadIdx.x & 31) == 
 __device__ __forceinline__ void tma_load_4d(uint32_t, const CUtensorMap*, int, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t, const CUtensorMap*, int, int, int, uint32_t, uint64_t) {}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() { return 0; }
 #endif
 
 }  // namespace attn::kern

@@ -49,7 +49,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/common/lse_merge.cuh"
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/ptx.cuh"
@@ -79,7 +81,9 @@ constexpr int kColBytes = 64 * 128;                 // one column block of a 64-
 constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
 constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
 constexpr int kBarriers = 12;  // K full/empty (8), Q full/empty, the two hand-offs of a round
-constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 1024;  // + P1
+// + P1, and three ints after the barriers (the merges of split requests, below).
+constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 16 + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
 // Named barriers (0 is __syncthreads): each warpgroup's zeroed V tail (128 threads) and the
@@ -112,6 +116,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Hand-offs of a round: m0, 2^(m - m0) and the stored P0 (warpgroup 0 -> 1); m1, 2^(m0 - m1)
   // and the stored P1 (1 -> 0).
   const uint32_t h_scale0 = bar_addr + 8 * 10, h_scale1 = bar_addr + 8 * 11;
+  // Whether the CTA counted a request's last piece (below), and the (at most two) requests whose
+  // last piece it counted, merged after its piece loop: only a partition's first and last pieces
+  // can belong to a split request. In shared memory: two more registers live through the consumers'
+  // loop made ptxas spill there.
+  volatile int* sMergeReq = reinterpret_cast<int*>(sStat + kStatFloats) + 2 * kBarriers;
 
   const int tid = threadIdx.x, lane = tid % 32;
   // Warp and warpgroup indices through a shuffle, so that the compiler sees them warp-uniform and
@@ -131,6 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(empty_bar(k, 0), 4);
       mbar_init(empty_bar(k, 1), 4);
     }
+    sMergeReq[0] = sMergeReq[1] = -1;
     mbar_init(q_full, 1);
     mbar_init(q_empty, 8);
     for (int i = 0; i < 2; ++i) mbar_init(h_scale0 + 8 * i, 128);
@@ -142,13 +152,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     if (tid == 256) {
       int uses0 = 0, uses1 = 0;  // blocks loaded into K0 / K1 so far: load u waits for the u-th release
+      const uint64_t policy = l2_evict_first_policy();
       // Group g of block `block` into buffer k, its u-th load.
       auto load_group = [&](int k, int g, int block, int u) {
         if (u > 0) mbar_wait(empty_bar(k, g), (u - 1) & 1);
         const int cb0 = g == 0 ? 0 : kColsA, cb1 = g == 0 ? kColsA : kColBlocks;
         mbar_arrive_expect_tx(full_bar(k, g), (cb1 - cb0) * kColBytes);
         for (int cb = cb0; cb < cb1; ++cb)
-          tma_load_3d(sK_addr(k) + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
+          if (p.kv_evict_first) {
+            tma_load_3d_hint(sK_addr(k) + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g), policy);
+          } else {
+            tma_load_3d(sK_addr(k) + cb * kColBytes, &tm_kv, cb * 64, 0, block, full_bar(k, g));
+          }
       };
       for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
         const MlaPiece pc = mla_piece<kBlockN>(p, part, req);
@@ -482,6 +497,91 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int d = 0; d < 32; ++d)
         *reinterpret_cast<float2*>(o + 8 * d + 2 * tq) = make_float2(acc_o[4 * d + 2 * h] * inv, acc_o[4 * d + 2 * h + 1] * inv);
       if (w == 0 && tq == 0) (no_split ? p.lse : p.lse_accum)[out_row] = lse;
+    }
+    // A piece of a request in 2 .. kFlashMlaMergeMaxPieces: counted once the CTA's partial is
+    // stored (each thread fences its own stores, the barrier gathers them); the CTA that counts the
+    // last piece resets the count for the next launch and merges the request after its loop.
+    if (!no_split && p.merge_counters != nullptr && p.num_splits[req + 1] - split_base <= kFlashMlaMergeMaxPieces) {
+      __threadfence();
+      named_bar_sync(kBarSum, 256);
+      if (w == 0 && wtid == 0) {
+        int* count = p.merge_counters + static_cast<int64_t>(req) * gridDim.x + m_block;
+        const bool last = atomicAdd(count, 1) == p.num_splits[req + 1] - split_base - 1;
+        if (last) *count = 0;
+        __threadfence();  // the other pieces' partials, seen through the count, before this CTA reads them
+        if (last) sMergeReq[sMergeReq[0] < 0 ? 0 : 1] = req;
+      }
+      named_bar_sync(kBarSum, 256);
+    }
+  }
+
+  // The merges. Once both warpgroups are past their last products, the buffers of Q, K0 and K1
+  // (216 KB) are free: each consumer thread copies its float4s of every piece into them with
+  // cp.async (no register holds a copy in flight: with 64 floats of loads in registers the merge
+  // waited for four round trips per request, and more made ptxas spill), in phases of kRows rows
+  // (thread t takes row t / (256 / kRows) of the phase and its float4 columns t % (256 / kRows) +
+  // (256 / kRows) f, so that a row's threads read whole 128-byte lines), then sums them in piece
+  // order as merge_attn_states does. A thread reads back only what it copied: no barrier between.
+  if (sMergeReq[0] >= 0) named_bar_sync(kBarSum, 256);
+  const int t = 128 * w + wtid;  // this consumer thread of 256
+  for (int i = 0; i < 2; ++i) {
+    const int req = sMergeReq[i];
+    if (req < 0) break;
+    const int base = p.num_splits[req], pieces = p.num_splits[req + 1] - base;
+    auto merge = [&](auto kMaxPieces, auto kRowsPerPhase) {
+      constexpr int kP = decltype(kMaxPieces)::value, kRows = decltype(kRowsPerPhase)::value;
+      constexpr int kTpr = 256 / kRows;                   // threads per row
+      constexpr int kF = kFlashMlaHeadDimV / 4 / kTpr;    // float4s per thread and piece
+      static_assert(kP * kF * 256 * 16 <= 3 * kTileBytes, "the copies fit the Q and K buffers");
+      // [piece][f][thread]: a warp's 16-byte accesses are consecutive (no bank conflict).
+      float4* stage = reinterpret_cast<float4*>(smem) + t;
+#pragma unroll 1
+      for (int r0 = 0; r0 < kBlockM; r0 += kRows) {
+        const int row = row0 + r0 + t / kTpr;
+        if (row >= rows) break;
+        const int64_t out_row = static_cast<int64_t>(req) * rows + row;  // (token, head) of the [batch * q_len, heads] rows
+#pragma unroll
+        for (int s = 0; s < kP; ++s) {
+          if (s < pieces) {
+            const float* src = p.o_accum + (static_cast<int64_t>(base + s) * rows + row) * kFlashMlaHeadDimV + 4 * (t % kTpr);
+#pragma unroll
+            for (int f = 0; f < kF; ++f) cp_async_16(stage + (s * kF + f) * 256, src + 4 * kTpr * f, true);
+          }
+        }
+        cp_async_commit();
+        float lse_v[kP];
+#pragma unroll
+        for (int s = 0; s < kP; ++s)
+          if (s < pieces) lse_v[s] = __ldcg(p.lse_accum + static_cast<int64_t>(base + s) * rows + row);
+        const LseMerge mg = lse_merge<kP>([&](int s) { return lse_v[s]; }, pieces, false);
+        float wgt[kP];
+#pragma unroll
+        for (int s = 0; s < kP; ++s) wgt[s] = s < pieces ? mg.weight(lse_v[s], false) : 0.f;
+        cp_async_wait<0>();
+        float* o = p.o + out_row * kFlashMlaHeadDimV + 4 * (t % kTpr);
+#pragma unroll 4
+        for (int f = 0; f < kF; ++f) {
+          float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+          for (int s = 0; s < kP; ++s) {
+            if (s < pieces) {
+              const float4 v = stage[(s * kF + f) * 256];
+              lse_merge_add(acc.x, wgt[s], v.x);
+              lse_merge_add(acc.y, wgt[s], v.y);
+              lse_merge_add(acc.z, wgt[s], v.z);
+              lse_merge_add(acc.w, wgt[s], v.w);
+            }
+          }
+          *reinterpret_cast<float4*>(o + 4 * kTpr * f) = acc;
+        }
+        if (t % kTpr == 0) p.lse[out_row] = mg.lse;
+      }
+    };
+    // Phases of 32 rows for up to three pieces (192 KB of copies), 16 rows for four.
+    if (pieces <= 3) {
+      merge(std::integral_constant<int, 3>{}, std::integral_constant<int, 32>{});
+    } else {
+      merge(std::integral_constant<int, kFlashMlaMergeMaxPieces>{}, std::integral_constant<int, 16>{});
     }
   }
 #endif

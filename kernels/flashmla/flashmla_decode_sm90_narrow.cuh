@@ -118,6 +118,7 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
     // buffer came free (one round trip per block when lane 0 loaded each entry there), and the
     // first copies wait for the scheduler's row and one table load only.
     int b = 0;
+    const uint64_t policy = l2_evict_first_policy();
     for (int req = part.begin_req, piece = 0; req <= part.end_req; ++req, ++piece) {
       const int32_t* table = p.block_table + static_cast<int64_t>(req) * p.block_table_stride;
       const int n_first = req == part.begin_req ? part.begin_token / Tr::kBlockKeys : 0;
@@ -140,7 +141,11 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
           if (lane == 0) {
             mbar_arrive_expect_tx(full_bar(k), Tr::kKBytes);
             for (int cb = 0; cb < Tr::kColBlocks; ++cb)
-              tma_load_3d(sK_addr(k) + cb * Tr::kKColBytes, &tm_kv, cb * 64, 0, blk, full_bar(k));
+              if (p.kv_evict_first) {
+                tma_load_3d_hint(sK_addr(k) + cb * Tr::kKColBytes, &tm_kv, cb * 64, 0, blk, full_bar(k), policy);
+              } else {
+                tma_load_3d(sK_addr(k) + cb * Tr::kKColBytes, &tm_kv, cb * 64, 0, blk, full_bar(k));
+              }
           }
           ++b;
         }

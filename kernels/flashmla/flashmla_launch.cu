@@ -95,7 +95,7 @@ const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dty
   return "?";
 }
 
-void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream) {
+bool launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream) {
   if (p.q_len < 1 || p.q_len > 2) throw RuntimeError("launch_flashmla_decode: q_len must be 1 or 2");
   if ((kernel == FlashMlaKernel::wgmma || kernel == FlashMlaKernel::wgmma_narrow) && !flashmla_sm90_available(p, dtype))
     throw RuntimeError("launch_flashmla_decode: the wgmma kernels need an sm_90 device, sm_90a in the build and the "
@@ -104,17 +104,19 @@ void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMla
     throw RuntimeError("launch_flashmla_decode: the narrow wgmma kernel serves at most " +
                        std::to_string(kFlashMlaNarrowMaxRows) + " query rows per request (q_len x heads), got " +
                        std::to_string(p.q_len * p.num_heads));
-  if (p.num_parts == 0 || p.batch == 0) return;
+  if (p.num_parts == 0 || p.batch == 0) return false;
+  const Chosen chosen = choose(p, dtype, kernel);
   if (dtype == DType::bf16) {
-    run<__nv_bfloat16>(p, false, choose(p, dtype, kernel), stream);
+    run<__nv_bfloat16>(p, false, chosen, stream);
   } else if (dtype == DType::f16) {
-    run<__half>(p, true, choose(p, dtype, kernel), stream);
+    run<__half>(p, true, chosen, stream);
   } else {
     throw RuntimeError("launch_flashmla_decode: dtype must be fp16 or bf16, got " + std::string(to_string(dtype)));
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw RuntimeError(std::string("flashmla decode kernel launch failed: ") + cudaGetErrorString(err));
+  return chosen == Chosen::wgmma && p.merge_counters != nullptr;
 }
 
 }  // namespace attn

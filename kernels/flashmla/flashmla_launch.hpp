@@ -23,10 +23,18 @@ const char* flashmla_decode_kernel_name(const FlashMlaDecodeParams& p, DType dty
 // Packed query rows per request (q_len x heads) up to which the narrow kernel serves a decode.
 constexpr int kFlashMlaNarrowMaxRows = 32;
 
+// Split requests of at most this many pieces are merged by the seesaw kernel itself where
+// p.merge_counters is set (a merge by one CTA reads every piece: more go to the combine kernel,
+// which spreads them over the SMs).
+constexpr int kFlashMlaMergeMaxPieces = 4;
+
 // Split-KV MLA decode over p.num_parts partitions. dtype: fp16 or bf16 (q, cache and o).
+// Returns whether the kernel that ran merged the split requests of at most
+// kFlashMlaMergeMaxPieces pieces itself (p.merge_counters set and the seesaw kernel chosen); the
+// combine must merge the others, or all of them when it returns false.
 // Throws RuntimeError on an unsupported dtype, a wgmma request it cannot serve, or a failed
 // launch. Allocates nothing, never syncs.
-void launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream);
+bool launch_flashmla_decode(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel, cudaStream_t stream);
 
 // The gather of one MLA prefill pass (MlaGatherParams). dtype: fp16 or bf16. Never syncs.
 void launch_mla_gather(const MlaGatherParams& p, DType dtype, cudaStream_t stream);

@@ -9,7 +9,8 @@
 // range of scheduler partition p (get_mla_metadata). O stays fp32 until W_UV: a bf16 round trip
 // of the 512-wide latent output would add about one output rounding of error to the result. A request cut into several pieces writes
 // each piece, normalized, to the fp32 scratch with its LSE; a request in one piece writes O and
-// LSE directly. merge_attn_states (kernels/common) then combines the split requests by LSE.
+// LSE directly. merge_attn_states (kernels/common) then combines the split requests by LSE, or the
+// seesaw kernel merges them itself (merge_counters).
 #include <cstdint>
 
 namespace attn {
@@ -37,6 +38,16 @@ struct FlashMlaDecodeParams {
   float* lse;        // [batch * q_len, num_heads] natural log; -inf for a row with no visible key
   float* o_accum;    // [num_splits[batch], q_len * num_heads, 512] normalized O of each piece
   float* lse_accum;  // [num_splits[batch], q_len * num_heads] LSE of each piece
+  // [batch, m_blocks] pieces of each (request, m_block) done so far, zero between launches (the
+  // CTA that counts a request's last piece resets it), or null. The seesaw kernel (and only it)
+  // then merges each request of 2 .. kFlashMlaMergeMaxPieces pieces itself: the CTA whose piece
+  // comes last reads every piece back and writes O and LSE, and the combine skips such requests.
+  int32_t* merge_counters;
+  // 1: the sm_90a kernels' cache copies carry an L2 evict-first policy (a cache block is read by
+  // the m_block CTAs of one partition, then never again), so that the streamed cache does not push
+  // the pieces' partials out of L2 before the merge reads them (128 heads, 32 x 16k: 0.96 x the
+  // time; docs/PERF_NOTES.md); 0: the default policy (ATTN_FLASHMLA_EVICT_FIRST=0).
+  int kv_evict_first;
 
   // ---- shapes ------------------------------------------------------------------------------
   int batch;

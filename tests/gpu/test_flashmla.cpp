@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
@@ -225,6 +227,59 @@ TEST(FlashMlaGpu, ManyPiecesPerPartition) {
       EXPECT_VALID(r);
       EXPECT_EQ(r.plan.find("split_reqs=0 "), std::string::npos) << r.plan;
     }
+  }
+}
+
+// The seesaw kernel merges split requests of up to kFlashMlaMergeMaxPieces pieces itself (the CTA
+// that counts a request's last piece reads every piece back), the combine kernel the longer ones.
+// The merge takes merge_attn_states' steps in its order, so the output has the bits of the combine
+// alone, whichever CTA came last; the counters reset themselves, so a captured graph replays to
+// the same bits too. 64 and 128 heads (one and two m_blocks), q_len 1 and 2, requests of 1, 2, 3-4
+// and more pieces, empty and one-key ones among them.
+TEST(FlashMlaGpu, SeesawMergesSplitRequestsInKernel) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  if (!testing::sm90_device()) GTEST_SKIP() << "the seesaw MLA kernel needs an sm_90 device";
+  for (const auto& [heads, q_len] : {std::pair{64, 1}, std::pair{128, 1}, std::pair{64, 2}}) {
+    std::vector<RequestShape> reqs = {{0, q_len}, {1, q_len}, {20000, q_len}};
+    for (int i = 0; i < 40; ++i) reqs.push_back({(i * 373) % 5900 + 60, q_len});
+    std::vector<int32_t> seq_lens;
+    for (const RequestShape& r : reqs) seq_lens.push_back(static_cast<int32_t>(r.seq_len()));
+    const flashmla::MlaMetadata md = flashmla::get_mla_metadata(seq_lens, heads * q_len, 1, testing::device_sm_count());
+    bool two = false, three_four = false, more = false;
+    for (int r = 0; r < static_cast<int>(reqs.size()); ++r) {
+      const int n = md.splits_of(r);
+      two |= n == 2;
+      three_four |= n > 2 && n <= kFlashMlaMergeMaxPieces;
+      more |= n > kFlashMlaMergeMaxPieces;
+    }
+    EXPECT_TRUE(two && three_four && more) << "the batch no longer gives requests of 2, 3-4 and more pieces";
+    const Batch b = make(mla_spec(heads), reqs);
+    FlashMlaOptions fused;
+    fused.decode_kernel = FlashMlaKernel::wgmma;
+    FlashMlaOptions combine = fused;
+    combine.fused_merge = false;
+    const Outcome r = run_case(b, 24, fused);
+    EXPECT_VALID(r);
+    EXPECT_NE(r.plan.find("merge=kernel"), std::string::npos) << r.plan;
+    const Outcome c = run_case(b, 24, combine);
+    EXPECT_VALID(c);
+    EXPECT_NE(c.plan.find("merge=combine"), std::string::npos) << c.plan;
+    ASSERT_EQ(r.out.o.size(), c.out.o.size());
+    ASSERT_EQ(r.out.lse.size(), c.out.lse.size());
+    EXPECT_EQ(std::memcmp(r.out.o.data(), c.out.o.data(), r.out.o.size() * sizeof(float)), 0) << heads << " heads";
+    EXPECT_EQ(std::memcmp(r.out.lse.data(), c.out.lse.data(), r.out.lse.size() * sizeof(float)), 0) << heads << " heads";
+
+    auto inst = make_flashmla_backend(fused)->create(b, build_common_metadata(b), RunOptions{});
+    inst->plan();
+    inst->poison();
+    inst->run();
+    inst->run();  // the counters were reset by the first run's merges
+    const AttentionOutput twice = inst->fetch();
+    AttentionOutput replay;
+    testing::replay_in_graph(*inst, &replay);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(std::memcmp(twice.o.data(), c.out.o.data(), twice.o.size() * sizeof(float)), 0) << heads << " heads";
+    EXPECT_EQ(std::memcmp(replay.o.data(), c.out.o.data(), replay.o.size() * sizeof(float)), 0) << heads << " heads";
   }
 }
 

@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -37,6 +39,12 @@ namespace {
 using flashmla::cublas_check;
 using flashmla::upload;
 
+// An A/B switch read from the environment: set to "0".
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "0";
+}
+
 
 
 // vLLM reorders a MLA batch so that the decodes come first (reorder_batch_threshold): here the
@@ -53,7 +61,9 @@ int decode_q_len_of(const Batch& b) {
 class FlashMlaInstance final : public BackendInstance {
  public:
   FlashMlaInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts, const FlashMlaOptions& fo)
-      : batch_(b), meta_(m), opts_(opts), kernel_only_(fo.kernel_only), decode_kernel_(fo.decode_kernel) {
+      : batch_(b), meta_(m), opts_(opts), kernel_only_(fo.kernel_only), decode_kernel_(fo.decode_kernel),
+        fused_merge_(fo.fused_merge && !env_is_zero("ATTN_FLASHMLA_FUSED_MERGE")),
+        kv_evict_first_(!env_is_zero("ATTN_FLASHMLA_EVICT_FIRST")) {
     const AttentionSpec& s = b.spec;
     const MlaDims& md = s.mla;
     num_sms_ = query_device_info().num_sms;
@@ -148,6 +158,11 @@ class FlashMlaInstance final : public BackendInstance {
     const int64_t max_pieces = num_decodes_ + schedule_.num_parts;
     o_accum_ = DeviceBuffer(max_pieces * std::max(q_len_, 1) * H * md.kv_lora_rank * sizeof(float));
     lse_accum_ = DeviceBuffer(max_pieces * std::max(q_len_, 1) * H * sizeof(float));
+    // One count per (request, m_block), zeroed once: the kernel's CTA that counts a request's last
+    // piece zeroes it again (FlashMlaDecodeParams::merge_counters).
+    const int64_t m_blocks = (int64_t{std::max(q_len_, 1)} * H + kFlashMlaBlockM - 1) / kFlashMlaBlockM;
+    merge_counters_ = DeviceBuffer(static_cast<std::size_t>(std::max(num_decodes_, 1) * m_blocks) * sizeof(int32_t));
+    merge_counters_.memset_async(0, stream_);
     upload_schedule();
 
     if (!pf_q.empty()) prefill_ = std::make_unique<MlaPrefill>(s, pf_q, pf_ctx, fo.workspace_tokens, stream_);
@@ -260,7 +275,11 @@ class FlashMlaInstance final : public BackendInstance {
       p.q_len = q_len_;
       p.num_heads = batch_.spec.num_q_heads;
       p.num_cache_blocks = layout_.num_blocks;
-      out += std::string(" decode_kernel=") + flashmla_decode_kernel_name(p, batch_.spec.dtype, decode_kernel_);
+      const std::string kernel = flashmla_decode_kernel_name(p, batch_.spec.dtype, decode_kernel_);
+      out += " decode_kernel=" + kernel;
+      // Who merges the split requests: the seesaw kernel itself (up to kFlashMlaMergeMaxPieces
+      // pieces) or the combine kernel.
+      if (split_reqs > 0) out += fused_merge_ && kernel == "wgmma" ? " merge=kernel" : " merge=combine";
     }
     if (prefill_) out += " " + prefill_->summary();
     if (kernel_only_) out += " kernel_only";
@@ -271,8 +290,8 @@ class FlashMlaInstance final : public BackendInstance {
   int64_t decode_tokens() const { return int64_t{num_decodes_} * q_len_; }
 
   void upload_schedule() {
-    schedule_splits_ = false;
-    for (int r = 0; r < num_decodes_ && !schedule_splits_; ++r) schedule_splits_ = schedule_.splits_of(r) > 1;
+    max_pieces_ = 1;
+    for (int r = 0; r < num_decodes_; ++r) max_pieces_ = std::max(max_pieces_, schedule_.splits_of(r));
     if (schedule_.num_parts > 0)
       tile_md_.upload_async(schedule_.tile_scheduler_metadata.data(),
                             schedule_.tile_scheduler_metadata.size() * sizeof(int32_t), stream_);
@@ -303,15 +322,18 @@ class FlashMlaInstance final : public BackendInstance {
     p.kv_block_stride = view_.k.block;
     p.num_cache_blocks = layout_.num_blocks;
     p.softmax_scale = s.scale;
-    launch_flashmla_decode(p, s.dtype, decode_kernel_, stream_);
+    p.merge_counters = fused_merge_ ? merge_counters_.as<int32_t>() : nullptr;
+    p.kv_evict_first = kv_evict_first_ ? 1 : 0;
+    const bool merged = launch_flashmla_decode(p, s.dtype, decode_kernel_, stream_);
 
-    // Combine: every (token, head) row is visited; requests in one piece return at once. A
-    // schedule that splits no request leaves it nothing to merge (the kernel wrote every O and
-    // LSE), so it is not launched, except into a graph being captured: a replay must serve
+    // Combine: every (token, head) row is visited; requests in one piece (and, where the kernel
+    // merged them, requests of up to kFlashMlaMergeMaxPieces pieces) return at once. It is left out
+    // where that leaves it nothing to merge, except in a graph being captured: a replay must serve
     // whatever schedule plan() uploads later.
+    const int merged_upto = merged ? kFlashMlaMergeMaxPieces : 1;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     ATTN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-    if (!schedule_splits_ && capture == cudaStreamCaptureStatusNone) return;
+    if (max_pieces_ <= merged_upto && capture == cudaStreamCaptureStatusNone) return;
     MergeAttnParams mp{};
     mp.o_partial = o_accum_.as<float>();
     mp.lse_partial = lse_accum_.as<float>();
@@ -325,6 +347,7 @@ class FlashMlaInstance final : public BackendInstance {
     mp.head_size = s.mla.kv_lora_rank;
     mp.seq_partials = num_splits_.as<int32_t>();
     mp.tokens_per_seq = q_len_;
+    mp.merged_upto = merged_upto;
     launch_merge_attn_states(mp, DType::f32, stream_);
   }
 
@@ -407,7 +430,9 @@ class FlashMlaInstance final : public BackendInstance {
   KvCacheLayout layout_;
   CacheView view_;
   flashmla::MlaMetadata schedule_;
-  bool schedule_splits_ = false;  // the schedule cuts some request into pieces (the combine has work)
+  bool fused_merge_ = true;      // FlashMlaOptions::fused_merge
+  int max_pieces_ = 1;           // the most pieces the schedule cuts a request into
+  bool kv_evict_first_ = true;   // FlashMlaDecodeParams::kv_evict_first (ATTN_FLASHMLA_EVICT_FIRST=0: off)
   DeviceBuffer cache_;          // [num_blocks, 64, 576] model dtype
   DeviceBuffer q_;              // [T, H, 192] model dtype: q_nope (128) ‖ q_pe (64)
   DeviceBuffer latent_;         // [T, 576] new tokens' kv_c ‖ k_pe
@@ -427,6 +452,7 @@ class FlashMlaInstance final : public BackendInstance {
   DeviceBuffer num_splits_;     // [batch + 1]
   DeviceBuffer o_accum_;        // [batch + parts, q_len * H, 512] float
   DeviceBuffer lse_accum_;      // [batch + parts, q_len * H] float
+  DeviceBuffer merge_counters_; // [batch, m_blocks] int32, zero between launches
 };
 
 class FlashMlaBackend final : public Backend {

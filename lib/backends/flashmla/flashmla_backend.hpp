@@ -22,6 +22,10 @@ struct FlashMlaOptions {
   // The decode kernel: automatic (wgmma on Hopper), or one of the two for
   // tests and A/B runs (FlashMlaKernel, kernels/flashmla/flashmla_params.hpp).
   FlashMlaKernel decode_kernel = FlashMlaKernel::automatic;
+  // The seesaw decode kernel merges split requests of up to kFlashMlaMergeMaxPieces pieces itself
+  // (the last piece's CTA), instead of the combine kernel after it; false (or the environment
+  // variable ATTN_FLASHMLA_FUSED_MERGE=0) leaves every merge to the combine, for tests and A/B runs.
+  bool fused_merge = true;
 };
 
 std::unique_ptr<Backend> make_flashmla_backend(const FlashMlaOptions& options = {});

@@ -1,0 +1,59 @@
+#pragma once
+// The arithmetic of an LSE merge of partial attention states, shared by merge_attn_states (the
+// merge kernel of every backend) and the FLASHMLA seesaw decode, whose last piece of a split
+// request merges the request in the kernel. Both go through these steps in the same order, so a
+// row merged by either comes out with the same bits (a test compares them).
+//
+// Partial i (LSE l_i, normalized O o_i) weighs w_i = e^(l_i - m) / sum_j e^(l_j - m), m the
+// largest l (2^ in base 2); a partial with l = -inf weighs 0, and when every l is -inf the row has
+// no visible key: O = 0, LSE = -inf.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace attn::kern {
+
+__device__ __forceinline__ float lse_weight(float x, bool base2) { return base2 ? exp2f(x) : expf(x); }
+
+struct LseMerge {
+  float m_use;  // the largest LSE, 0 when every one is -inf
+  float inv;    // 1 / sum of e^(l_i - m_use), 0 when that sum is 0
+  float lse;    // the merged LSE (-inf: no partial holds a key)
+  // The weight of a partial whose LSE is l.
+  __device__ __forceinline__ float weight(float l, bool base2) const { return lse_weight(l - m_use, base2) * inv; }
+};
+
+// The merge of `count` LSEs, lse_at(i) the i-th. kMax > 0: count <= kMax and the loops are
+// unrolled (lse_at may index a register array); kMax = 0: plain loops.
+template <int kMax, class LseAt>
+__device__ __forceinline__ LseMerge lse_merge(LseAt lse_at, int count, bool base2) {
+  float m = -INFINITY, total = 0.f;
+  if constexpr (kMax > 0) {
+#pragma unroll
+    for (int i = 0; i < kMax; ++i)
+      if (i < count) m = fmaxf(m, lse_at(i));
+  } else {
+    for (int i = 0; i < count; ++i) m = fmaxf(m, lse_at(i));
+  }
+  LseMerge r;
+  r.m_use = m == -INFINITY ? 0.f : m;
+  if constexpr (kMax > 0) {
+#pragma unroll
+    for (int i = 0; i < kMax; ++i)
+      if (i < count) total += lse_weight(lse_at(i) - r.m_use, base2);
+  } else {
+    for (int i = 0; i < count; ++i) total += lse_weight(lse_at(i) - r.m_use, base2);
+  }
+  r.inv = total > 0.f ? 1.f / total : 0.f;
+  r.lse = total > 0.f ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
+  return r;
+}
+
+// acc += w v, partial after partial in index order, acc starting at zero. A side of weight 0 may
+// hold anything (never read into the sum). The fused multiply-add is explicit so that every
+// caller rounds the same way (the first term: w v + 0).
+__device__ __forceinline__ void lse_merge_add(float& acc, float w, float v) {
+  if (w != 0.f) acc = __fmaf_rn(w, v, acc);
+}
+
+}  // namespace attn::kern
