@@ -322,8 +322,13 @@ class FlashMlaInstance final : public BackendInstance {
     p.kv_block_stride = view_.k.block;
     p.num_cache_blocks = layout_.num_blocks;
     p.softmax_scale = s.scale;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ATTN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
     p.merge_counters = fused_merge_ ? merge_counters_.as<int32_t>() : nullptr;
-    p.kv_evict_first = kv_evict_first_ ? 1 : 0;
+    // The cache evict-first where there are partials to keep in L2 for the merge: with every request
+    // in one piece it only makes the second m_block CTA of a 128-head partition miss L2 more often
+    // (64 x 4k: 1.002-1.004 x the time). A graph being captured keeps it for later schedules.
+    p.kv_evict_first = kv_evict_first_ && (max_pieces_ > 1 || capture != cudaStreamCaptureStatusNone) ? 1 : 0;
     const bool merged = launch_flashmla_decode(p, s.dtype, decode_kernel_, stream_);
 
     // Combine: every (token, head) row is visited; requests in one piece (and, where the kernel
@@ -331,8 +336,6 @@ class FlashMlaInstance final : public BackendInstance {
     // where that leaves it nothing to merge, except in a graph being captured: a replay must serve
     // whatever schedule plan() uploads later.
     const int merged_upto = merged ? kFlashMlaMergeMaxPieces : 1;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ATTN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
     if (max_pieces_ <= merged_upto && capture == cudaStreamCaptureStatusNone) return;
     MergeAttnParams mp{};
     mp.o_partial = o_accum_.as<float>();
