@@ -43,6 +43,13 @@ __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
       : "memory");
 }
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                                 uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+      : "memory");
+}
 // An L2 policy under which the lines a copy brings are the first evicted: data streamed once, so
 // that it does not push out what is read again soon (a split-KV kernel's partials, read by the merge).
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
@@ -67,6 +74,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, i
 __device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t, const CUtensorMap*, int, int, int, uint32_t, uint64_t) {}
 __device__ __forceinline__ uint64_t l2_evict_first_policy() { return 0; }
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t, const CUtensorMap*, int, int, int, int, uint32_t, uint64_t) {}
 #endif
 
 }  // namespace attn::kern
