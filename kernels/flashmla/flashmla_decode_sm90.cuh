@@ -81,9 +81,8 @@ constexpr int kColBytes = 64 * 128;                 // one column block of a 64-
 constexpr int kTileBytes = kColBlocks * kColBytes;  // Q, K0, K1: 72 KB each
 constexpr int kStatFloats = 6 * kBlockM;            // m0, scale0, m1, scale1, row sums of both warpgroups
 constexpr int kBarriers = 12;  // K full/empty (8), Q full/empty, the two hand-offs of a round
-// + P1, and three ints after the barriers (the merges of split requests, below).
+// + P1, and 16 bytes after the barriers (sMergeReq: the merges of split requests, below).
 constexpr int kSmemBytes = 3 * kTileBytes + kColBytes + kStatFloats * 4 + kBarriers * 8 + 16 + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 static_assert(kBlockN == 64 && kBlockM == 64, "a K buffer is one cache block of 64 rows");
 // Named barriers (0 is __syncthreads): each warpgroup's zeroed V tail (128 threads) and the
@@ -116,10 +115,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Hand-offs of a round: m0, 2^(m - m0) and the stored P0 (warpgroup 0 -> 1); m1, 2^(m0 - m1)
   // and the stored P1 (1 -> 0).
   const uint32_t h_scale0 = bar_addr + 8 * 10, h_scale1 = bar_addr + 8 * 11;
-  // Whether the CTA counted a request's last piece (below), and the (at most two) requests whose
-  // last piece it counted, merged after its piece loop: only a partition's first and last pieces
-  // can belong to a split request. In shared memory: two more registers live through the consumers'
-  // loop made ptxas spill there.
+  // The (at most two) requests whose last piece this CTA counted, merged after its piece loop: only
+  // a partition's first and last pieces can belong to a split request. In shared memory: two more
+  // registers live through the consumers' loop made ptxas spill there.
   volatile int* sMergeReq = reinterpret_cast<int*>(sStat + kStatFloats) + 2 * kBarriers;
 
   const int tid = threadIdx.x, lane = tid % 32;
