@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "kernels/common/pdl_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
@@ -85,12 +86,6 @@ FlashAttnTiling tiling_of(int max_packed_rows) {
 // The MLA prefill's attention: Q K^T over 192 dims, V and O of 128 (sm_90a kernel only).
 bool qk192_v128(const FlashAttnConfig& c) { return c.head_size_qk == 192 && c.head_size_v == 128; }
 
-// An A/B switch of the environment, read once per process by its caller: on unless set to "0".
-bool switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 }  // namespace
 
 std::string flash_attn_unsupported_reason(const FlashAttnConfig& c) {
@@ -129,12 +124,12 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows) {
 
 bool flash_attn_sm90_available(const FlashAttnConfig& c) {
   // ATTN_FA_SM90=0 keeps the mma.sync kernel (A/B timing in one binary).
-  static const bool enabled = switch_on("ATTN_FA_SM90");
+  static const bool enabled = ab_switch_on("ATTN_FA_SM90");
   // A cache of the model dtype, or an fp8 one (the producer widens it to fp16).
   const bool cache_ok = c.kv_dtype == c.dtype || is_fp8(c.kv_dtype);
   // qk 192 / v 128 (the MLA prefill): a 16-bit cache; ATTN_FA_SM90_V128=0 turns it off, so the
   // MLA prefill pads V to 192 instead (A/B timing).
-  static const bool v128 = switch_on("ATTN_FA_SM90_V128");
+  static const bool v128 = ab_switch_on("ATTN_FA_SM90_V128");
   const bool heads_ok = c.head_size_qk == c.head_size_v || (qk192_v128(c) && v128 && c.kv_dtype == c.dtype);
   return enabled && heads_ok && !c.use_mla && cache_ok &&
          (c.dtype == DType::bf16 || c.dtype == DType::f16) && sm90_compiled_for(c.head_size_qk);
@@ -144,7 +139,7 @@ Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c) {
   static const Sm90Passes with_decodes = [] {
     const char* v = std::getenv("ATTN_FA_SM90_DECODE");
     if (v != nullptr && std::strcmp(v, "all") == 0) return Sm90Passes::all;
-    return switch_on("ATTN_FA_SM90_DECODE") ? Sm90Passes::mixed : Sm90Passes::prefills;
+    return ab_switch_on("ATTN_FA_SM90_DECODE") ? Sm90Passes::mixed : Sm90Passes::prefills;
   }();
   if (!flash_attn_sm90_available(c)) return Sm90Passes::none;
   return is_fp8(c.kv_dtype) ? Sm90Passes::prefills : with_decodes;
@@ -158,7 +153,7 @@ bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
 }
 
 bool flash_attn_uses_fp8_mma(const FlashAttnConfig& c, const FlashAttnTiling& t) {
-  static const bool enabled = switch_on("ATTN_FA_FP8_MMA");
+  static const bool enabled = ab_switch_on("ATTN_FA_FP8_MMA");
   return enabled && c.q_fp8 && c.kv_dtype == DType::fp8_e4m3 && c.head_size_qk == 128 && flash_attn_uses_sm90(c, t);
 }
 
@@ -182,7 +177,7 @@ int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
 }
 
 bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t, int num_splits) {
-  static const bool enabled = switch_on("ATTN_FA_CLUSTER_MERGE");
+  static const bool enabled = ab_switch_on("ATTN_FA_CLUSTER_MERGE");
   // Two splits only: with four (decode 8 x 16k, 64 tiles) the clustered launch ran 244 us against
   // 189 with partials and the merge kernel (docs/PERF_NOTES.md Version 30); with two it gains.
   if (!enabled || !t.decode || num_splits != 2 || !flash_attn_unsupported_reason(c).empty() ||

@@ -61,6 +61,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"  // sm90_block_m
 #include "kernels/flash_attn/sm90_trace.cuh"
 #include "kernels/flash_attn/flash_attn_params.hpp"
@@ -1308,10 +1309,7 @@ namespace attn::fa {
 // Whether whole pages go through the bulk tensor copy engine (default); ATTN_FA_SM90_TMA=0 gathers
 // every row with cp.async, for A/B timing in one binary.
 inline bool sm90_tma() {
-  static const bool on = [] {
-    const char* v = std::getenv("ATTN_FA_SM90_TMA");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool on = ab_switch_on("ATTN_FA_SM90_TMA");
   return on;
 }
 
@@ -1395,10 +1393,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::Sm90PageMaps maps = kFp8Mma ? page_maps<kHeadDim, Tr::kBlockN>(p, false, true)
                             : kFp8  ? sm90::Sm90PageMaps{}
                                     : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
-  static const bool decode_evict_first = [] {
-    const char* v = std::getenv("ATTN_FA_DECODE_EVICT_FIRST");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool decode_evict_first = ab_switch_on("ATTN_FA_DECODE_EVICT_FIRST");
   maps.decode_evict_first = kDecodes && decode_evict_first ? 1 : 0;
   // After the step's cache write, which lets this kernel launch at once (the producer waits for
   // it before the first tile with new keys).

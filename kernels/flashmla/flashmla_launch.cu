@@ -5,10 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "kernels/common/tma_map.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
@@ -33,11 +32,6 @@ namespace {
 
 enum class Chosen { mma_sync, wgmma, narrow };
 
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "0") == 0;
-}
-
 Chosen choose(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel) {
   switch (kernel) {
     case FlashMlaKernel::mma_sync: return Chosen::mma_sync;
@@ -48,8 +42,8 @@ Chosen choose(const FlashMlaDecodeParams& p, DType dtype, FlashMlaKernel kernel)
   // Automatic: the sm_90a kernels wherever they run. Up to 32 packed rows the narrow one (keys as
   // the MMA rows: the seesaw kernel pads such a request to 64 rows and computes 4 x its products);
   // ATTN_FLASHMLA_NARROW=0 keeps the seesaw kernel there, ATTN_FLASHMLA_SM90=0 mma.sync everywhere.
-  static const bool never = env_is_zero("ATTN_FLASHMLA_SM90");
-  static const bool no_narrow = env_is_zero("ATTN_FLASHMLA_NARROW");
+  static const bool never = !ab_switch_on("ATTN_FLASHMLA_SM90");
+  static const bool no_narrow = !ab_switch_on("ATTN_FLASHMLA_NARROW");
   if (never || !flashmla_sm90_available(p, dtype)) return Chosen::mma_sync;
   return p.q_len * p.num_heads <= kFlashMlaNarrowMaxRows && !no_narrow ? Chosen::narrow : Chosen::wgmma;
 }

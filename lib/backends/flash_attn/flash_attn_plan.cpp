@@ -9,6 +9,8 @@
 #include <queue>
 #include <utility>
 
+#include "core/env.hpp"
+
 namespace attn {
 
 int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_sm, bool equal_ctas) {
@@ -267,10 +269,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
 constexpr int64_t kFixedRoundsItemQuarters = 11;
 
 bool sm90_balance_enabled() {
-  static const bool balance = [] {
-    const char* v = std::getenv("ATTN_FA_SM90_BALANCE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool balance = ab_switch_on("ATTN_FA_SM90_BALANCE");
   return balance;
 }
 

@@ -15,6 +15,7 @@
 #include "core/device.hpp"
 #include "core/device_cache.hpp"
 #include "core/device_upload.hpp"
+#include "core/env.hpp"
 #include "kernels/cache/cache_launch.hpp"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
@@ -42,11 +43,8 @@ bool decode_on_tensor_cores(const FiKernelConfig& c) {
 }
 
 bool sm90_prefill_enabled(const FlashInferOptions& o) {
-  static const bool env_off = [] {
-    const char* v = std::getenv("ATTN_FI_SM90");
-    return v != nullptr && std::string(v) == "0";
-  }();
-  return o.sm90_prefill && !env_off;
+  static const bool env_on = ab_switch_on("ATTN_FI_SM90");
+  return o.sm90_prefill && env_on;
 }
 
 // The shared sm_90a kernel's view of the layer. Its cache addressing is by strides, so the

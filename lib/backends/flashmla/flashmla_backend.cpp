@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
@@ -26,6 +25,7 @@
 #include "core/device.hpp"
 #include "core/device_cache.hpp"
 #include "core/dtype.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "kernels/cache/cache_launch.hpp"
 #include "kernels/common/cast_launch.hpp"
@@ -38,14 +38,6 @@ namespace {
 
 using flashmla::cublas_check;
 using flashmla::upload;
-
-// An A/B switch read from the environment: set to "0".
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
-}
-
-
 
 // vLLM reorders a MLA batch so that the decodes come first (reorder_batch_threshold): here the
 // decodes are the requests of the shortest query length if that is 1 or 2 (all of them run the
@@ -62,8 +54,8 @@ class FlashMlaInstance final : public BackendInstance {
  public:
   FlashMlaInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts, const FlashMlaOptions& fo)
       : batch_(b), meta_(m), opts_(opts), kernel_only_(fo.kernel_only), decode_kernel_(fo.decode_kernel),
-        fused_merge_(fo.fused_merge && !env_is_zero("ATTN_FLASHMLA_FUSED_MERGE")),
-        kv_evict_first_(!env_is_zero("ATTN_FLASHMLA_EVICT_FIRST")) {
+        fused_merge_(fo.fused_merge && ab_switch_on("ATTN_FLASHMLA_FUSED_MERGE")),
+        kv_evict_first_(ab_switch_on("ATTN_FLASHMLA_EVICT_FIRST")) {
     const AttentionSpec& s = b.spec;
     const MlaDims& md = s.mla;
     num_sms_ = query_device_info().num_sms;
@@ -276,12 +268,16 @@ class FlashMlaInstance final : public BackendInstance {
       p.num_heads = batch_.spec.num_q_heads;
       p.num_cache_blocks = layout_.num_blocks;
       const std::string kernel = flashmla_decode_kernel_name(p, batch_.spec.dtype, decode_kernel_);
-      out += " decode_kernel=" + kernel;
+      out += " decode_kernel=";
+      out += kernel;
       // Who merges the split requests: the seesaw kernel itself (up to kFlashMlaMergeMaxPieces
       // pieces) or the combine kernel.
       if (split_reqs > 0) out += fused_merge_ && kernel == "wgmma" ? " merge=kernel" : " merge=combine";
     }
-    if (prefill_) out += " " + prefill_->summary();
+    if (prefill_) {
+      out += ' ';
+      out += prefill_->summary();
+    }
     if (kernel_only_) out += " kernel_only";
     return out;
   }
