@@ -201,6 +201,12 @@ struct Sm90Divisors {
   FastDivU32 group;         // G = num_q_heads / num_kv_heads
   FastDivU32 splits;        // num_splits
   FastDivU32 heads_splits;  // num_kv_heads * num_splits
+  FastDivU32 tiles;         // num_tiles (head-major items)
+  // Work items head-major: w = (kv head * S + split) * num_tiles + tile, so that the CTAs running at
+  // once work on a few (sequence, head) pairs whose K/V stay in L2, where tile-major items spread
+  // them over every pair (head size 256 2 x 4k 16/16: 128 MB of K/V, read again by each wave).
+  // Only on fixed rounds that are not the planner's list (whose ids are tile-major).
+  int head_major;
 };
 
 // Byte offset of 16-byte chunk `chunk` (along the head dim) of row `row` in a swizzled tile whose
@@ -272,8 +278,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const int G = p.num_q_heads / p.num_kv_heads;
   // Token of packed row `prow` (prow / G) and its head within the group (prow % G).
   auto token_of = [&](int prow) { return static_cast<int>(divs.group.div(static_cast<uint32_t>(prow))); };
-  // Persistent CTAs: work item w is (tile w / (Hkv * S), kv head w / S % Hkv, split w % S) with
-  // the tiles most keys first. Both roles walk the same items and count key tiles across them, so
+  // Work item w is (tile w / (Hkv * S), kv head w / S % Hkv, split w % S) with the tiles most keys
+  // first, or head-major (tile w % num_tiles, kv head and split w / num_tiles: Sm90Divisors).
+  // Persistent CTAs: both roles walk the same items and count key tiles across them, so
   // the ring's stages and phases carry on from one item to the next and the producer loads the
   // next item's K/V under this one's last tiles. Which items a CTA takes:
   // - static (p.work_counters null): in round r CTA b takes item p.work_order[b][r], where the
@@ -346,10 +353,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     int seq, kvh, split, q_start, q_len, seq_len, row0;
     TileKeys tk;
   };
+  const bool head_major = divs.head_major != 0 && !listed && !dynamic;
   auto item_of = [&](int w) {
     Item it;
     uint32_t tile, hs, kvh, split;  // hs = kv head * S + split
-    divs.heads_splits.divmod(static_cast<uint32_t>(w), tile, hs);
+    if (head_major)
+      divs.tiles.divmod(static_cast<uint32_t>(w), hs, tile);
+    else
+      divs.heads_splits.divmod(static_cast<uint32_t>(w), tile, hs);
     divs.splits.divmod(hs, kvh, split);
     it.kvh = static_cast<int>(kvh);
     it.split = static_cast<int>(split);
@@ -1366,6 +1377,20 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = 
   return m;
 }
 
+// Whether a launch takes its items head-major (Sm90Divisors::head_major): one CTA per item at head
+// size 256 over a 16-bit cache (2 x 4k 16/16 1.015 x faster; over an fp8 cache, half the bytes, 0.947
+// x, so it keeps tile-major). ATTN_FA_SM90_HEAD_MAJOR=0 turns it off, =2 also takes the persistent
+// prefill launches of a 16-bit cache head-major where they run the snake (an experiment).
+template <int kHeadDim, bool kFp8, bool kDecodes>
+bool sm90_head_major() {
+  static const int mode = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_HEAD_MAJOR");
+    return v == nullptr ? 1 : std::atoi(v);
+  }();
+  if (mode <= 0 || kFp8 || kDecodes) return false;
+  return !sm90::kPersistent<kHeadDim> || mode >= 2;
+}
+
 // SMs of the current device (the persistent grid's size, and qk 192 / v 128's choice of stages).
 inline int current_sm_count() {
   int dev = 0, sms = 0;
@@ -1401,6 +1426,8 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.group = FastDivU32(static_cast<uint32_t>(p.num_q_heads / p.num_kv_heads));
   divs.splits = FastDivU32(static_cast<uint32_t>(p.num_splits));
   divs.heads_splits = FastDivU32(static_cast<uint32_t>(p.num_kv_heads * p.num_splits));
+  divs.tiles = FastDivU32(static_cast<uint32_t>(std::max(p.num_tiles, 1)));
+  divs.head_major = sm90_head_major<kHeadDim, kFp8, kDecodes>() ? 1 : 0;
   sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
