@@ -1378,17 +1378,14 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = 
 }
 
 // Whether a launch takes its items head-major (Sm90Divisors::head_major): one CTA per item at head
-// size 256 over a 16-bit cache (2 x 4k 16/16 1.015 x faster; over an fp8 cache, half the bytes, 0.947
-// x, so it keeps tile-major). ATTN_FA_SM90_HEAD_MAJOR=0 turns it off, =2 also takes the persistent
-// prefill launches of a 16-bit cache head-major where they run the snake (an experiment).
+// size 256 over a 16-bit cache (2 x 4k 16/16 1.012-1.015 x faster; over an fp8 cache, half the bytes,
+// 0.947 x, so it keeps tile-major). ATTN_FA_SM90_HEAD_MAJOR=0 turns it off. The persistent launches
+// keep tile-major ids: head-major rounds of the snake left their CTAs' loads uneven (2 x 4k hd128
+// 0.668 x); the planner's lists group their heads instead (balance_fixed_rounds).
 template <int kHeadDim, bool kFp8, bool kDecodes>
 bool sm90_head_major() {
-  static const int mode = [] {
-    const char* v = std::getenv("ATTN_FA_SM90_HEAD_MAJOR");
-    return v == nullptr ? 1 : std::atoi(v);
-  }();
-  if (mode <= 0 || kFp8 || kDecodes) return false;
-  return !sm90::kPersistent<kHeadDim> || mode >= 2;
+  static const bool on = ab_switch_on("ATTN_FA_SM90_HEAD_MAJOR");
+  return on && !sm90::kPersistent<kHeadDim> && !kFp8 && !kDecodes;
 }
 
 // SMs of the current device (the persistent grid's size, and qk 192 / v 128's choice of stages).

@@ -39,6 +39,7 @@ struct Case {
   int local_attention_chunk = 0;
   CascadeMode cascade = CascadeMode::off;
   uint64_t seed = 7;
+  int64_t max_pairs = 0;  // (request, head) pairs the reference computes, sampled; 0 = all
 };
 
 struct Outcome {
@@ -68,7 +69,10 @@ Outcome run_case(const Case& c) {
   Outcome r;
   r.out = inst->fetch();
   r.plan = inst->plan_summary();
-  const ReferenceResult ref = compute_reference(b);
+  ReferenceOptions ro;
+  ro.max_pairs = c.max_pairs;
+  ro.sample_seed = 5;
+  const ReferenceResult ref = compute_reference(b, reference_options_for(r.out, ro));
   r.v = validate_output(b, r.out, ref, default_budget(b.spec.dtype));
   return r;
 }
@@ -516,6 +520,20 @@ TEST(FlashAttnSm90, BalancedFixedRounds) {
   EXPECT_VALID(r);
   if (pass_uses_sm90(c.spec, c.requests) && testing::device_sm_count() == 132)
     EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
+}
+
+// A prefill whose K/V (96 MB at 32/32 heads of 128) outgrow L2: the planner's list deals its items
+// eight kv heads at a time (balance_fixed_rounds), every item once (NaN-poisoned outputs). The
+// reference checks a sample of (request, head) pairs.
+TEST(FlashAttnSm90, HeadGroupedRounds) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 32, 128)};
+  c.requests = {{0, 3000}, {37, 2900}};
+  c.max_pairs = 12;
+  const Outcome r = run_case(c);
+  EXPECT_VALID(r);
+  if (pass_uses_sm90(c.spec, c.requests) && testing::device_sm_count() == 132)
+    EXPECT_NE(r.plan.find("head_groups=8"), std::string::npos) << r.plan;
 }
 
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
@@ -998,6 +1016,68 @@ TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
   FlashAttnPass few = make_flash_attn_pass({64}, {64}, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
   balance_fixed_rounds(few, 8, 128, 132);
   EXPECT_TRUE(few.work_order.empty());
+}
+
+// Passes whose K/V outgrow L2 get a list dealt a group of kv heads at a time: every item once, each
+// CTA's items in group order (so that the CTAs move through the groups together), the longest CTA
+// no later than the snake's or within 1 % of the best order's; passes whose K/V fit keep what they had.
+TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
+  struct Shape {
+    const char* name;
+    std::vector<int32_t> q;
+    int gqa, head_size, kv_heads, group;  // group: the expected kv heads per group (0: none)
+  };
+  // hd96 32/32 2 x 4k: 3 MB of K/V per head, 96 MB in all -> 8 heads of 24 MB. 1 x 16k 32/8 hd128:
+  // 8 MB per head -> 3. 2 x 4k 32/8 hd128 (32 MB) and 8 x 1k fit: one group.
+  const std::vector<Shape> shapes = {{"hd96 2 x 4k", {4096, 4096}, 1, 96, 32, 8},
+                                     {"hd128 1 x 16k", {16384}, 4, 128, 8, 3},
+                                     {"hd128 2 x 4k", {4096, 4096}, 4, 128, 8, 0},
+                                     {"hd128 8 x 1k", std::vector<int32_t>(8, 1024), 4, 128, 8, 0},
+                                     {"hd128 32/32 3000 + 2937", {3000, 2937}, 1, 128, 32, 8}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(sh.name);
+    FlashAttnPass pass = make_flash_attn_pass(sh.q, sh.q, true, sh.gqa, sh.head_size, sh.kv_heads, 132, 0, Sm90Passes::prefills);
+    ASSERT_TRUE(pass.tiling.sm90_tiles);
+    FlashAttnPass plain = pass;
+    balance_fixed_rounds(plain, sh.kv_heads, sh.head_size, 132);  // no element size: never grouped
+    EXPECT_EQ(plain.head_group, 0);
+    balance_fixed_rounds(pass, sh.kv_heads, sh.head_size, 132, 2);
+    EXPECT_EQ(pass.head_group, sh.group);
+    if (sh.group == 0) {
+      EXPECT_EQ(pass.work_order, plain.work_order);
+      continue;
+    }
+    const int items = pass.num_tiles() * sh.kv_heads;
+    ASSERT_EQ(pass.work_ctas, 132);
+    ASSERT_EQ(pass.work_order.size(), static_cast<size_t>(132 * pass.work_rounds));
+    auto cost = [&](int w) {
+      return 2.75 + static_cast<double>((pass.tile_keys[static_cast<size_t>(w / sh.kv_heads)] + 127) / 128);
+    };
+    std::vector<int> seen(static_cast<size_t>(items), 0);
+    std::vector<double> load(132, 0.0);
+    double largest = 0.0, total = 0.0;
+    for (int b = 0; b < 132; ++b) {
+      int last_group = 0;
+      for (int r = 0; r < pass.work_rounds; ++r) {
+        const int w = pass.work_order[static_cast<size_t>(b * pass.work_rounds + r)];
+        if (w >= items) continue;
+        ++seen[static_cast<size_t>(w)];
+        const int g = (w % sh.kv_heads) / sh.group;
+        EXPECT_GE(g, last_group) << "CTA " << b << " round " << r << ": groups in order";
+        last_group = g;
+        load[static_cast<size_t>(b)] += cost(w);
+        largest = std::max(largest, cost(w));
+        total += cost(w);
+      }
+    }
+    for (int w = 0; w < items; ++w) ASSERT_EQ(seen[static_cast<size_t>(w)], 1) << "item " << w;
+    const double hi = *std::max_element(load.begin(), load.end());
+    std::vector<double> snake(132, 0.0);  // round r's items r * 132 .. to CTAs 0.. (odd rounds from the far end)
+    for (int w = 0; w < items; ++w) snake[static_cast<size_t>((w / 132) % 2 == 0 ? w % 132 : 131 - w % 132)] += cost(w);
+    EXPECT_TRUE(hi <= *std::max_element(snake.begin(), snake.end()) + 1e-9 ||
+                hi <= 1.01 * std::max(total / 132, largest) + 1e-9)
+        << "no later than the snake, or within 1 % of the best order";
+  }
 }
 
 }  // namespace

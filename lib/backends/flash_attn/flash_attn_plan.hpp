@@ -31,6 +31,9 @@ struct FlashAttnPass {
   std::vector<int32_t> work_order;
   int work_rounds = 0;
   int work_ctas = 0;
+  // The list deals its items a group of this many kv heads at a time (l2_head_group), so that the
+  // CTAs running at once read a few heads' K/V that stay in L2; 0 = one group (or no list).
+  int head_group = 0;
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
@@ -40,11 +43,17 @@ struct FlashAttnPass {
 // far (longest processing time first), where the kernel's snake of rounds would end its longest
 // CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
 // left 8 x 1k's CTAs 184 / 195 / 203 us long (min / mean / max, H100; the model predicts each CTA's
-// span within ~1 us, docs/PERF_NOTES.md Version 42). Leaves other passes as they are (work_order
-// empty).
-void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms);
-// Whether planners balance fixed rounds (balance_fixed_rounds); ATTN_FA_SM90_BALANCE=0 keeps the
-// kernel's snake, for A/B timing in one binary (FLASH_ATTN and FLASHINFER's sm_90a passes alike).
+// span within ~1 us, docs/PERF_NOTES.md Version 42).
+// Where the pass's K/V outgrow L2 (l2_head_group; kv_elem_bytes: bytes of a cache element, 0 for
+// none of this), the items are dealt a group of kv heads at a time, each group heaviest first, and
+// the list is kept where it ends no later than the snake or within 1 % of the best order: tile-major
+// rounds spread the CTAs running at once over every (sequence, head), whose K/V then come from DRAM
+// again for each tile (Version 49). Leaves other passes as they are (work_order empty).
+void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, int kv_elem_bytes = 0);
+// Kv heads per group of the balanced list: as many as hold 24 MB of K/V (at least two items per
+// CTA in a group), where the pass's K/V exceed twice that; else num_kv_heads (one group).
+// ATTN_FA_SM90_HEAD_GROUPS=0: always one group (A/B timing).
+int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas);
 bool sm90_balance_enabled();
 
 // Whether the sm_90a kernel launched for a pass of this tiling can claim its work items

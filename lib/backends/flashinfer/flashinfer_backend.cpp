@@ -340,7 +340,9 @@ class FlashInferInstance final : public BackendInstance {
     // Level 0 (all tokens against the shared prefix: few tiles, many keys) takes the split rule's
     // kv splits, each into its own slot; the final O is written unsplit.
     if (!level0) fp.num_splits = 1;
-    if (sm90_balance_enabled()) balance_fixed_rounds(fp, s.num_kv_heads, s.head_size_qk, num_sms_);
+    if (sm90_balance_enabled())
+      balance_fixed_rounds(fp, s.num_kv_heads, s.head_size_qk, num_sms_,
+                           s.kv_fp8() ? 0 : static_cast<int>(dtype_size(s.kv_cache_dtype)));
     p.work_order = fp.work_order;
     p.work_rounds = fp.work_rounds;
     p.work_ctas = fp.work_ctas;
