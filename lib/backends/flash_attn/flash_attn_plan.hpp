@@ -54,6 +54,8 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
 // CTA in a group), where the pass's K/V exceed twice that; else num_kv_heads (one group).
 // ATTN_FA_SM90_HEAD_GROUPS=0: always one group (A/B timing).
 int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas);
+// Whether planners balance fixed rounds (balance_fixed_rounds); ATTN_FA_SM90_BALANCE=0 keeps the
+// kernel's snake, for A/B timing in one binary (FLASH_ATTN and FLASHINFER's sm_90a passes alike).
 bool sm90_balance_enabled();
 
 // Whether the sm_90a kernel launched for a pass of this tiling can claim its work items
