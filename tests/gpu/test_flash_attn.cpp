@@ -1022,6 +1022,11 @@ TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
 // CTA's items in group order (so that the CTAs move through the groups together), the longest CTA
 // no later than the snake's or within 1 % of the best order's; passes whose K/V fit keep what they had.
 TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
+  // The element size the planners pass: a 16-bit cache's, none over fp8 (tile-major rounds there).
+  EXPECT_EQ(l2_group_elem_bytes(DType::bf16), 2);
+  EXPECT_EQ(l2_group_elem_bytes(DType::f16), 2);
+  EXPECT_EQ(l2_group_elem_bytes(DType::fp8_e4m3), 0);
+  EXPECT_EQ(l2_group_elem_bytes(DType::fp8_e5m2), 0);
   struct Shape {
     const char* name;
     std::vector<int32_t> q;

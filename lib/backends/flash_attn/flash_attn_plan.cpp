@@ -302,6 +302,10 @@ int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, in
   return static_cast<int>(std::min<int64_t>(std::max(heads, min_heads), num_kv_heads));
 }
 
+int l2_group_elem_bytes(DType kv_cache_dtype) {
+  return is_fp8(kv_cache_dtype) ? 0 : static_cast<int>(dtype_size(kv_cache_dtype));
+}
+
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, int kv_elem_bytes) {
   pass.work_order.clear();
   pass.work_rounds = pass.work_ctas = pass.head_group = 0;
@@ -439,9 +443,8 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
   // Without cascade the main pass's splits are the only partials: a decode pass merges them in
   // clusters where it can (the cascade's suffix partials merge with the prefix's).
   s.main.cluster_merge = !s.cascade && flash_attn_cluster_merge(config, s.main.tiling, s.main.num_splits);
-  // Over an fp8 cache the items keep tile-major rounds (head-major ones ran slower there).
   if (sm90_balance_enabled())
-    balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms, spec.kv_fp8() ? 0 : static_cast<int>(dtype_size(spec.kv_cache_dtype)));
+    balance_fixed_rounds(s.main, spec.num_kv_heads, spec.head_size_qk, num_sms, l2_group_elem_bytes(spec.kv_cache_dtype));
   return s;
 }
 

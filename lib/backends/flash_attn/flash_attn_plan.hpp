@@ -54,6 +54,9 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
 // CTA in a group), where the pass's K/V exceed twice that; else num_kv_heads (one group).
 // ATTN_FA_SM90_HEAD_GROUPS=0: always one group (A/B timing).
 int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas);
+// balance_fixed_rounds' kv_elem_bytes for a cache of this dtype: its element size, or 0 over an fp8
+// cache, whose items keep tile-major rounds (head-major ones ran slower there, Version 49).
+int l2_group_elem_bytes(DType kv_cache_dtype);
 // Whether planners balance fixed rounds (balance_fixed_rounds); ATTN_FA_SM90_BALANCE=0 keeps the
 // kernel's snake, for A/B timing in one binary (FLASH_ATTN and FLASHINFER's sm_90a passes alike).
 bool sm90_balance_enabled();

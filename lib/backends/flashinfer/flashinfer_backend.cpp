@@ -341,8 +341,7 @@ class FlashInferInstance final : public BackendInstance {
     // kv splits, each into its own slot; the final O is written unsplit.
     if (!level0) fp.num_splits = 1;
     if (sm90_balance_enabled())
-      balance_fixed_rounds(fp, s.num_kv_heads, s.head_size_qk, num_sms_,
-                           s.kv_fp8() ? 0 : static_cast<int>(dtype_size(s.kv_cache_dtype)));
+      balance_fixed_rounds(fp, s.num_kv_heads, s.head_size_qk, num_sms_, l2_group_elem_bytes(s.kv_cache_dtype));
     p.work_order = fp.work_order;
     p.work_rounds = fp.work_rounds;
     p.work_ctas = fp.work_ctas;
