@@ -523,8 +523,8 @@ TEST(FlashAttnSm90, BalancedFixedRounds) {
 }
 
 // A prefill whose K/V (96 MB at 32/32 heads of 128) outgrow L2: the planner's list deals its items
-// eight kv heads at a time (balance_fixed_rounds), every item once (NaN-poisoned outputs). The
-// reference checks a sample of (request, head) pairs.
+// in four groups of (kv head, sequence) pairs (balance_fixed_rounds), every item once (NaN-poisoned
+// outputs). The reference checks a sample of (request, head) pairs.
 TEST(FlashAttnSm90, HeadGroupedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 32, 128)};
@@ -533,7 +533,7 @@ TEST(FlashAttnSm90, HeadGroupedRounds) {
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
   if (pass_uses_sm90(c.spec, c.requests) && testing::device_sm_count() == 132)
-    EXPECT_NE(r.plan.find("head_groups=8"), std::string::npos) << r.plan;
+    EXPECT_NE(r.plan.find("l2_groups=4"), std::string::npos) << r.plan;
 }
 
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
@@ -1018,7 +1018,8 @@ TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
   EXPECT_TRUE(few.work_order.empty());
 }
 
-// Passes whose K/V outgrow L2 get a list dealt a group of kv heads at a time: every item once, each
+// Passes whose K/V outgrow L2 get a list dealt a group of (kv head, sequence) pairs at a time: each
+// group at most 24 MB of K/V unless it needs more pairs for two items per CTA, every item once, each
 // CTA's items in group order (so that the CTAs move through the groups together), the longest CTA
 // no later than the snake's or within 1 % of the best order's; passes whose K/V fit keep what they had.
 TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
@@ -1030,34 +1031,65 @@ TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
   struct Shape {
     const char* name;
     std::vector<int32_t> q;
-    int gqa, head_size, kv_heads, group;  // group: the expected kv heads per group (0: none)
+    int gqa, head_size, kv_heads, groups;  // groups: the expected count (0: none)
   };
-  // hd96 32/32 2 x 4k: 3 MB of K/V per head, 96 MB in all -> 8 heads of 24 MB. 1 x 16k 32/8 hd128:
-  // 8 MB per head -> 3. 2 x 4k 32/8 hd128 (32 MB) and 8 x 1k fit: one group.
-  const std::vector<Shape> shapes = {{"hd96 2 x 4k", {4096, 4096}, 1, 96, 32, 8},
+  // hd96 32/32 2 x 4k: 1.5 MB of K/V per (head, sequence), 96 MB in all -> 4 groups of 16 pairs.
+  // 1 x 16k 32/8 hd128: 8 MB per pair -> 3, 3 and 2 pairs. 32 x 4k: 2 MB -> 21 groups of 12 pairs and
+  // one of 4. 32/32 heads of 128 over 3000 + 2937: ~1.45 MB -> 4 groups of 16. 2 x 4k 32/8 hd128
+  // (32 MB) and 8 x 1k fit: one group.
+  const std::vector<Shape> shapes = {{"hd96 2 x 4k", {4096, 4096}, 1, 96, 32, 4},
                                      {"hd128 1 x 16k", {16384}, 4, 128, 8, 3},
+                                     {"hd128 32 x 4k", std::vector<int32_t>(32, 4096), 4, 128, 8, 22},
+                                     {"hd128 32/32 3000 + 2937", {3000, 2937}, 1, 128, 32, 4},
                                      {"hd128 2 x 4k", {4096, 4096}, 4, 128, 8, 0},
-                                     {"hd128 8 x 1k", std::vector<int32_t>(8, 1024), 4, 128, 8, 0},
-                                     {"hd128 32/32 3000 + 2937", {3000, 2937}, 1, 128, 32, 8}};
+                                     {"hd128 8 x 1k", std::vector<int32_t>(8, 1024), 4, 128, 8, 0}};
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(sh.name);
     FlashAttnPass pass = make_flash_attn_pass(sh.q, sh.q, true, sh.gqa, sh.head_size, sh.kv_heads, 132, 0, Sm90Passes::prefills);
     ASSERT_TRUE(pass.tiling.sm90_tiles);
+    ASSERT_EQ(pass.num_splits, 1);
     FlashAttnPass plain = pass;
     balance_fixed_rounds(plain, sh.kv_heads, sh.head_size, 132);  // no element size: never grouped
-    EXPECT_EQ(plain.head_group, 0);
+    EXPECT_EQ(plain.l2_groups, 0);
+    const L2Groups g = l2_groups(pass, sh.kv_heads, sh.head_size, 2, 132);
+    EXPECT_EQ(g.count, sh.groups);
     balance_fixed_rounds(pass, sh.kv_heads, sh.head_size, 132, 2);
-    EXPECT_EQ(pass.head_group, sh.group);
-    if (sh.group == 0) {
+    EXPECT_EQ(pass.l2_groups, sh.groups);
+    if (sh.groups == 0) {
+      EXPECT_TRUE(g.of_pair.empty());
       EXPECT_EQ(pass.work_order, plain.work_order);
       continue;
     }
+    ASSERT_EQ(g.of_pair.size(), static_cast<size_t>(sh.kv_heads) * static_cast<size_t>(g.num_seqs));
+    // Groups: consecutive runs of pairs (head-major), each within 24 MB or needed for 264 items.
     const int items = pass.num_tiles() * sh.kv_heads;
-    ASSERT_EQ(pass.work_ctas, 132);
-    ASSERT_EQ(pass.work_order.size(), static_cast<size_t>(132 * pass.work_rounds));
+    std::vector<double> group_bytes(static_cast<size_t>(g.count), 0.0), group_items(static_cast<size_t>(g.count), 0.0);
+    std::vector<int> group_pairs(static_cast<size_t>(g.count), 0);
+    for (size_t p = 0; p < g.of_pair.size(); ++p) {
+      ASSERT_GE(g.of_pair[p], p == 0 ? 0 : g.of_pair[p - 1]);
+      ASSERT_LE(g.of_pair[p], p == 0 ? 0 : g.of_pair[p - 1] + 1);
+      ++group_pairs[static_cast<size_t>(g.of_pair[p])];
+    }
+    auto group_of = [&](int w) {
+      const int tile = w / sh.kv_heads, h = w % sh.kv_heads;
+      return g.of_pair[static_cast<size_t>(h) * static_cast<size_t>(g.num_seqs) + static_cast<size_t>(pass.tiles[2 * static_cast<size_t>(tile)])];
+    };
     auto cost = [&](int w) {
       return 2.75 + static_cast<double>((pass.tile_keys[static_cast<size_t>(w / sh.kv_heads)] + 127) / 128);
     };
+    for (int w = 0; w < items; ++w) group_items[static_cast<size_t>(group_of(w))] += 1;
+    for (int seq = 0; seq < g.num_seqs; ++seq)
+      for (int h = 0; h < sh.kv_heads; ++h)
+        group_bytes[static_cast<size_t>(g.of_pair[static_cast<size_t>(h * g.num_seqs + seq)])] +=
+            2.0 * sh.head_size * 2 * sh.q[static_cast<size_t>(seq)];
+    for (int k = 0; k < g.count; ++k) {
+      EXPECT_GE(group_items[static_cast<size_t>(k)], 264) << "group " << k;
+      EXPECT_TRUE(group_bytes[static_cast<size_t>(k)] <= 24.0 * (1 << 20) || group_pairs[static_cast<size_t>(k)] == 1 ||
+                  k == g.count - 1)
+          << "group " << k << ": " << group_bytes[static_cast<size_t>(k)] << " bytes";
+    }
+    ASSERT_EQ(pass.work_ctas, 132);
+    ASSERT_EQ(pass.work_order.size(), static_cast<size_t>(132 * pass.work_rounds));
     std::vector<int> seen(static_cast<size_t>(items), 0);
     std::vector<double> load(132, 0.0);
     double largest = 0.0, total = 0.0;
@@ -1067,9 +1099,8 @@ TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
         const int w = pass.work_order[static_cast<size_t>(b * pass.work_rounds + r)];
         if (w >= items) continue;
         ++seen[static_cast<size_t>(w)];
-        const int g = (w % sh.kv_heads) / sh.group;
-        EXPECT_GE(g, last_group) << "CTA " << b << " round " << r << ": groups in order";
-        last_group = g;
+        EXPECT_GE(group_of(w), last_group) << "CTA " << b << " round " << r << ": groups in order";
+        last_group = group_of(w);
         load[static_cast<size_t>(b)] += cost(w);
         largest = std::max(largest, cost(w));
         total += cost(w);

@@ -268,9 +268,9 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
 // hd128, H100; Versions 40-41).
 constexpr int64_t kFixedRoundsItemQuarters = 11;
 
-// The K/V bytes a group of kv heads may hold (l2_head_group): half an H100's 50 MB of L2, the rest
-// left to Q, O and the lines of the group's neighbours as the CTAs move on.
-constexpr int64_t kL2HeadGroupBytes = int64_t{24} << 20;
+// The K/V bytes a group of the balanced list may hold (l2_groups): half an H100's 50 MB of L2, the
+// rest left to Q, O and the lines of the group's neighbours as the CTAs move on.
+constexpr int64_t kL2GroupBytes = int64_t{24} << 20;
 
 bool sm90_balance_enabled() {
   static const bool balance = ab_switch_on("ATTN_FA_SM90_BALANCE");
@@ -282,24 +282,54 @@ bool sm90_head_groups_enabled() {
   return groups;
 }
 
-int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas) {
-  if (kv_elem_bytes <= 0 || num_kv_heads <= 1 || !sm90_head_groups_enabled()) return num_kv_heads;
-  // A kv head's K and V: every sequence's keys (its last tile's, the most of any of its tiles).
-  std::vector<int64_t> seq_keys;
+L2Groups l2_groups(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas) {
+  L2Groups g;
+  if (kv_elem_bytes <= 0 || !sm90_head_groups_enabled()) return g;
+  // Each sequence's keys (its last tile's, the most of any of its tiles) and items per kv head.
+  std::vector<int64_t> seq_keys, seq_items;
   for (int t = 0; t < pass.num_tiles(); ++t) {
     const auto seq = static_cast<std::size_t>(pass.tiles[2 * static_cast<std::size_t>(t)]);
-    if (seq >= seq_keys.size()) seq_keys.resize(seq + 1, 0);
+    if (seq >= seq_keys.size()) {
+      seq_keys.resize(seq + 1, 0);
+      seq_items.resize(seq + 1, 0);
+    }
     seq_keys[seq] = std::max(seq_keys[seq], pass.tile_keys[static_cast<std::size_t>(t)]);
+    seq_items[seq] += std::max(pass.num_splits, 1);
   }
+  const int64_t pair_bytes_per_key = int64_t{2} * head_size * kv_elem_bytes;  // K and V
   int64_t keys = 0;
   for (const int64_t k : seq_keys) keys += k;
-  const int64_t head_bytes = std::max<int64_t>(keys * 2 * head_size * kv_elem_bytes, 1);
-  if (head_bytes * num_kv_heads <= 2 * kL2HeadGroupBytes) return num_kv_heads;
-  const int64_t heads = std::max<int64_t>(kL2HeadGroupBytes / head_bytes, 1);
-  // Enough items per group for the CTAs to even out within it (two each at least).
-  const int64_t items_per_head = static_cast<int64_t>(pass.num_tiles()) * std::max(pass.num_splits, 1);
-  const int64_t min_heads = (2 * static_cast<int64_t>(ctas) + items_per_head - 1) / items_per_head;
-  return static_cast<int>(std::min<int64_t>(std::max(heads, min_heads), num_kv_heads));
+  if (keys * pair_bytes_per_key * num_kv_heads <= 2 * kL2GroupBytes) return g;
+  // Pairs head-major, each group closed once it holds kL2GroupBytes and enough items for the CTAs
+  // to even out within it (two each at least).
+  const int num_seqs = static_cast<int>(seq_keys.size());
+  const int64_t min_items = 2 * static_cast<int64_t>(ctas);
+  g.num_seqs = num_seqs;
+  g.of_pair.assign(static_cast<std::size_t>(num_kv_heads) * num_seqs, 0);
+  std::vector<int64_t> group_items;
+  int64_t bytes = 0, items = 0;
+  for (int h = 0; h < num_kv_heads; ++h) {
+    for (int sq = 0; sq < num_seqs; ++sq) {
+      const int64_t pb = seq_keys[static_cast<std::size_t>(sq)] * pair_bytes_per_key;
+      if (items >= min_items && bytes + pb > kL2GroupBytes) {
+        group_items.push_back(items);
+        bytes = items = 0;
+      }
+      bytes += pb;
+      items += seq_items[static_cast<std::size_t>(sq)];
+      g.of_pair[static_cast<std::size_t>(h) * num_seqs + sq] = static_cast<int32_t>(group_items.size());
+    }
+  }
+  group_items.push_back(items);
+  g.count = static_cast<int>(group_items.size());
+  // A last group too small to even the CTAs out joins the one before it.
+  if (g.count > 1 && group_items.back() < min_items) {
+    for (int32_t& x : g.of_pair)
+      if (x == g.count - 1) x = g.count - 2;
+    --g.count;
+  }
+  if (g.count <= 1) g = L2Groups{};
+  return g;
 }
 
 int l2_group_elem_bytes(DType kv_cache_dtype) {
@@ -308,7 +338,7 @@ int l2_group_elem_bytes(DType kv_cache_dtype) {
 
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, int kv_elem_bytes) {
   pass.work_order.clear();
-  pass.work_rounds = pass.work_ctas = pass.head_group = 0;
+  pass.work_rounds = pass.work_ctas = pass.l2_groups = 0;
   // Head size 256 runs one CTA per item (kPersistent in flash_fwd_sm90.cuh; its launches take the
   // items head-major themselves); decode launches and claimed items keep their own order.
   if (!pass.tiling.sm90_tiles || pass.tiling.small_seqs || pass.dynamic_items || head_size == 256) return;
@@ -343,14 +373,18 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   }
   const int64_t snake_max = *std::max_element(snake.begin(), snake.end());
   const double best = std::max(static_cast<double>(total) / ctas, static_cast<double>(largest));
-  const int group = l2_head_group(pass, num_kv_heads, head_size, kv_elem_bytes, ctas);
-  const bool grouped = group < num_kv_heads;
+  const L2Groups groups = l2_groups(pass, num_kv_heads, head_size, kv_elem_bytes, ctas);
+  const bool grouped = groups.count > 1;
   if (!grouped && static_cast<double>(snake_max) <= 1.005 * best) return;
-  // The order the items are dealt in: heaviest first, within each group of kv heads when grouped
-  // (the whole list is one group otherwise).
+  // The order the items are dealt in: heaviest first, within each group of (kv head, sequence)
+  // pairs when grouped (the whole list is one group otherwise).
   std::vector<int32_t> by_cost(static_cast<std::size_t>(items));
   std::iota(by_cost.begin(), by_cost.end(), 0);
-  auto group_of = [&](int32_t w) { return static_cast<int>((w % per_tile) / splits) / group; };
+  auto group_of = [&](int32_t w) {
+    if (!grouped) return 0;
+    const int64_t tile = w / per_tile, h = (w % per_tile) / splits;
+    return static_cast<int>(groups.of_pair[static_cast<std::size_t>(h * groups.num_seqs + pass.tiles[2 * static_cast<std::size_t>(tile)])]);
+  };
   if (grouped || splits > 1)
     std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t x, int32_t y) {
       const int gx = group_of(x), gy = group_of(y);
@@ -391,7 +425,7 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   const int rounds = *std::max_element(count.begin(), count.end());
   pass.work_rounds = rounds;
   pass.work_ctas = ctas;
-  pass.head_group = grouped ? group : 0;
+  pass.l2_groups = grouped ? groups.count : 0;
   pass.work_order.assign(static_cast<std::size_t>(ctas) * static_cast<std::size_t>(rounds), static_cast<int32_t>(items));
   std::fill(count.begin(), count.end(), 0);
   for (const int32_t w : by_cost) {  // each CTA's items in the order it took them
@@ -456,7 +490,7 @@ std::string FlashAttnSchedule::summary() const {
   if (main.dynamic_items) out += " items=dynamic";
   if (main.claim_front_ctas > 0) out += " front_ctas=" + std::to_string(main.claim_front_ctas);
   if (!main.work_order.empty()) out += " rounds=balanced";
-  if (main.head_group > 0) out += " head_groups=" + std::to_string(main.head_group);
+  if (main.l2_groups > 0) out += " l2_groups=" + std::to_string(main.l2_groups);
   if (cascade) {
     out += " cascade=on prefix=" + std::to_string(prefix_len) + " prefix_tiles=" + std::to_string(prefix.num_tiles()) +
            " prefix_splits=" + std::to_string(prefix.num_splits);

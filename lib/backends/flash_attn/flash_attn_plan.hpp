@@ -31,9 +31,9 @@ struct FlashAttnPass {
   std::vector<int32_t> work_order;
   int work_rounds = 0;
   int work_ctas = 0;
-  // The list deals its items a group of this many kv heads at a time (l2_head_group), so that the
-  // CTAs running at once read a few heads' K/V that stay in L2; 0 = one group (or no list).
-  int head_group = 0;
+  // The list deals its items in this many groups of (kv head, sequence) pairs, one after the other
+  // (l2_groups), so that the CTAs running at once read K/V that stay in L2; 0 = one group (or no list).
+  int l2_groups = 0;
   int num_tiles() const { return static_cast<int>(tiles.size() / 2); }
 };
 
@@ -44,16 +44,22 @@ struct FlashAttnPass {
 // CTA more than 0.5 % past what any order can reach and this ends it sooner. The snake
 // left 8 x 1k's CTAs 184 / 195 / 203 us long (min / mean / max, H100; the model predicts each CTA's
 // span within ~1 us, docs/PERF_NOTES.md Version 42).
-// Where the pass's K/V outgrow L2 (l2_head_group; kv_elem_bytes: bytes of a cache element, 0 for
-// none of this), the items are dealt a group of kv heads at a time, each group heaviest first, and
-// the list is kept where it ends no later than the snake or within 1 % of the best order: tile-major
-// rounds spread the CTAs running at once over every (sequence, head), whose K/V then come from DRAM
-// again for each tile (Version 49). Leaves other passes as they are (work_order empty).
+// Where the pass's K/V outgrow L2 (l2_groups; kv_elem_bytes: bytes of a cache element, 0 for none
+// of this), the items are dealt a group of (kv head, sequence) pairs at a time, each group heaviest
+// first, and the list is kept where it ends no later than the snake or within 1 % of the best order:
+// tile-major rounds spread the CTAs running at once over every (sequence, head), whose K/V then come
+// from DRAM again for each tile (Version 49). Leaves other passes as they are (work_order empty).
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, int kv_elem_bytes = 0);
-// Kv heads per group of the balanced list: as many as hold 24 MB of K/V (at least two items per
-// CTA in a group), where the pass's K/V exceed twice that; else num_kv_heads (one group).
+// Groups of the balanced list: (kv head, sequence) pairs, head-major, each group closed once it holds
+// 24 MB of K/V and at least two items per CTA (a last group with fewer joins the one before), where
+// the pass's K/V exceed twice that; else one group (count 0, of_pair empty).
 // ATTN_FA_SM90_HEAD_GROUPS=0: always one group (A/B timing).
-int l2_head_group(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas);
+struct L2Groups {
+  int count = 0;                 // groups (0: one group, nothing to deal apart)
+  int num_seqs = 0;              // sequences of the pass's tiles (the pairs' second index)
+  std::vector<int32_t> of_pair;  // [num_kv_heads * num_seqs] the group of pair (h, s) at h * num_seqs + s
+};
+L2Groups l2_groups(const FlashAttnPass& pass, int num_kv_heads, int head_size, int kv_elem_bytes, int ctas);
 // balance_fixed_rounds' kv_elem_bytes for a cache of this dtype: its element size, or 0 over an fp8
 // cache, whose items keep tile-major rounds (head-major ones ran slower there, Version 49).
 int l2_group_elem_bytes(DType kv_cache_dtype);
