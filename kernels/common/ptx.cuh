@@ -115,11 +115,16 @@ __device__ __forceinline__ void pdl_wait_for_producer() {
 }
 
 // Thread block clusters (sm_90; the callers run these only in clustered launches).
-// cluster_sync: every thread of every CTA of the cluster arrives, then waits for all; shared-memory
-// writes before it (remote ones included) are visible to the cluster's threads after it.
-__device__ __forceinline__ void cluster_sync() {
+// A cluster barrier in two halves: arrive (relaxed: orders nothing but fence_barrier_init's release
+// before it) early, wait where another CTA's initialised mbarrier is first needed.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
 }
 // The address of shared-memory address `addr` (of this CTA) in the CTA of cluster rank `rank`.
@@ -130,15 +135,20 @@ __device__ __forceinline__ uint32_t cluster_map_shared(uint32_t addr, uint32_t r
 #endif
   return r;
 }
-// Stores to a cluster shared-memory address (cluster_map_shared).
-__device__ __forceinline__ void st_cluster_f32x4(uint32_t addr, float a, float b, float c, float d) {
+// Stores into another CTA's shared memory (cluster_map_shared addresses) that complete their bytes
+// on that CTA's mbarrier `bar` (a cluster address too): the receiver waits on its own barrier, the
+// sender waits for nothing.
+__device__ __forceinline__ void st_async_f32x4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar)
+               : "memory");
 #endif
 }
-__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float a) {
+__device__ __forceinline__ void st_async_f32(uint32_t addr, float a, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(a) : "memory");
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n" ::"r"(addr), "f"(a), "r"(bar)
+               : "memory");
 #endif
 }
 

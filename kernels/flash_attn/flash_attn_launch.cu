@@ -181,7 +181,8 @@ bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t
   // Two splits only: with four (decode 8 x 16k, 64 tiles) the clustered launch ran 244 us against
   // 189 with partials and the merge kernel (docs/PERF_NOTES.md Version 30); with two it gains.
   if (!enabled || !t.decode || num_splits != 2 || !flash_attn_unsupported_reason(c).empty() ||
-      flash_attn_uses_sm90(c, t) || !kern::pdl_supported())  // clusters: compute capability 9.0 on, as PDL
+      flash_attn_uses_sm90(c, t) || !kern::pdl_supported() ||  // clusters: compute capability 9.0 on, as PDL
+      !sm90_compiled_for(c.head_size_qk))  // split 1's hand-off waits on an mbarrier: the sm_90a device pass
     return false;
   const bool fp8 = is_fp8(c.kv_dtype);
   switch (c.head_size_qk) {

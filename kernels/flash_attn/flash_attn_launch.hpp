@@ -89,9 +89,10 @@ int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t);
 
 // Whether the decode tiling's num_splits CTAs of each tile run as one thread block cluster and merge
 // their states in shared memory (FlashAttnParams::split_cluster): the mma.sync decode tiling on a
-// compute capability 9.0 device, exactly 2 splits (more ran slower, see the .cu), where their slots
-// fit (FwdTraits::kMaxClusterSplits: 0 on an fp8 cache, whose decode tiling has no shared memory
-// to spare). The launch then writes O itself: no fp32 partials and no merge_attn_states after it.
+// compute capability 9.0 device with the sm_90a device code, exactly 2 splits (more ran slower, see
+// the .cu), 16-bit caches at head sizes up to 128 (FwdTraits::kMaxClusterSplits: split 1's slot in
+// split 0's shared memory keeps those tilings' CTAs per SM). The launch then writes O itself: no
+// fp32 partials and no merge_attn_states after it.
 // ATTN_FA_CLUSTER_MERGE=0 keeps the partials and the merge (A/B timing in one binary).
 bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t, int num_splits);
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
 #include "kernels/common/online_softmax.cuh"
@@ -35,59 +36,6 @@ using namespace attn::kern;
 // The fp8 path multiplies in fp16 whatever the model dtype and reads the raw cache bytes straight
 // into the MMA operands; kernels/common/mma_fp8.cuh has the operand layouts (Q·K^T over head dims
 // in the order 4t..4t+3, P·V into even/odd dim column blocks) and kFp8QScale.
-
-// The first CTA of a cluster of splits (FlashAttnParams::split_cluster): merges the p.num_splits
-// slots its shared memory holds at `slots` (each [kBlockM][D] normalized rows, then [kBlockM]
-// natural-log LSEs) by their LSEs, as merge_attn_states does (a split with LSE -inf weighs 0 and is
-// never read), and writes O and the LSE of the tile's rows.
-template <class Tr>
-__device__ __forceinline__ void merge_cluster_splits(const FlashAttnParams& p, const uint8_t* slots, int row0,
-                                                     int q_start, int q_len, int kvh) {
-  using Element = typename Tr::Element;
-  constexpr int D = Tr::kHeadDim, kBlockM = Tr::kBlockM, kVec = 8;
-  constexpr int kSlotFloats = Tr::kMergeSplitBytes / 4;
-  const float* buf = reinterpret_cast<const float*>(slots);
-  const int G = p.num_q_heads / p.num_kv_heads;
-  for (int c = threadIdx.x; c < kBlockM * (D / kVec); c += Tr::kThreads) {
-    const int r = c / (D / kVec), col = (c % (D / kVec)) * kVec;
-    const int prow = row0 + r;
-    const int t = prow / G;
-    if (t >= q_len) continue;
-    float m = -INFINITY;
-    for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, buf[s * kSlotFloats + kBlockM * D + r]);
-    const float m_use = m == -INFINITY ? 0.f : m;
-    float total = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) total += expf(buf[s * kSlotFloats + kBlockM * D + r] - m_use);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    float out[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float w = expf(buf[s * kSlotFloats + kBlockM * D + r] - m_use) * inv;
-      if (w == 0.f) continue;
-      const float4* src = reinterpret_cast<const float4*>(buf + s * kSlotFloats + r * D + col);
-      const float4 a = src[0], b = src[1];
-      out[0] += w * a.x;
-      out[1] += w * a.y;
-      out[2] += w * a.z;
-      out[3] += w * a.w;
-      out[4] += w * b.x;
-      out[5] += w * b.y;
-      out[6] += w * b.z;
-      out[7] += w * b.w;
-    }
-    const int64_t tok = q_start + t;
-    const int head = kvh * G + prow % G;
-    uint4 packed;
-    packed.x = pack2<Element>(out[0], out[1]);
-    packed.y = pack2<Element>(out[2], out[3]);
-    packed.z = pack2<Element>(out[4], out[5]);
-    packed.w = pack2<Element>(out[6], out[7]);
-    *reinterpret_cast<uint4*>(static_cast<Element*>(p.o) + (tok * p.num_q_heads + head) * D + col) = packed;
-    if (col == 0 && p.lse)
-      p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = total > 0.f ? m_use + logf(total) : -INFINITY;
-  }
-}
 
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 // kE5m2: the format of an fp8 cache (e5m2, else e4m3; unused for a 16-bit cache).
@@ -551,17 +499,45 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const bool partial = p.o_partial != nullptr;
   const int64_t slot = p.partial_offset + split;
   constexpr int kVec = 8;
-  // Splits in a cluster (decode tiling, sm_90): every CTA stores its rows into slot `split` of the
-  // first CTA's shared memory instead of a partial in global memory, and that CTA merges them as
-  // merge_attn_states would. The first barrier: every CTA of the cluster left its main loop, so
-  // the first one's stages are free; the second: every slot is written.
+  // Row r's output columns col .. col + 7: the warp columns weighed as the row combine said.
+  auto combined = [&](int r, int col, float (&out)[kVec]) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out[i] = 0.f;
+#pragma unroll
+    for (int cc = 0; cc < Tr::kWarpsN; ++cc) {
+      const float wgt = sSum[cc * kBlockM + r] * v_descale;
+      const float* src = sO + (cc * kBlockM + r) * Tr::kORowStride + col;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out[i] += wgt * src[i];
+    }
+  };
+  // Two splits in a cluster (decode tiling, sm_90; FwdTraits::kSlotOffset): split 1 hands its rows
+  // and LSEs to split 0's slot and is done; split 0 merges them with its own as merge_attn_states
+  // would (a split with LSE -inf weighs 0 and is never read) and writes O.
   bool in_cluster = false;
-  uint32_t merge_slot = 0;  // cluster shared-memory address of this split's slot
+  const float* sSlot = nullptr;  // split 0: split 1's [kBlockM][D] rows, then [kBlockM] LSEs
   if constexpr (Tr::kMaxClusterSplits > 1) {
     in_cluster = p.split_cluster != 0;
     if (in_cluster) {
-      cluster_sync();
-      merge_slot = cluster_map_shared(smem_u32(smem + Tr::kMergeOffset), 0) + split * Tr::kMergeSplitBytes;
+      cluster_wait();  // split 0's slot barrier is initialised (the arrival at the kernel's start)
+      if (split != 0) {
+        const uint32_t dst = cluster_map_shared(smem_u32(smem + Tr::kSlotOffset), 0);
+        const uint32_t bar = cluster_map_shared(smem_u32(smem + Tr::kSlotBarOffset), 0);
+        // Every row, padding included: split 0 expects the slot's kMergeSplitBytes.
+        for (int c = tid; c < kBlockM * (D / kVec); c += Tr::kThreads) {
+          const int r = c / (D / kVec), col = (c % (D / kVec)) * kVec;
+          float out[kVec];
+          combined(r, col, out);
+          st_async_f32x4(dst + (r * D + col) * 4, out[0], out[1], out[2], out[3], bar);
+          st_async_f32x4(dst + (r * D + col + 4) * 4, out[4], out[5], out[6], out[7], bar);
+          if (col == 0) st_async_f32(dst + (kBlockM * D + r) * 4, sMax[r], bar);
+        }
+        return;
+      }
+      const uint32_t bar = smem_u32(smem + Tr::kSlotBarOffset);
+      if (tid == 0) mbar_arrive_expect_tx(bar, Tr::kMergeSplitBytes);
+      mbar_wait(bar, 0);
+      sSlot = reinterpret_cast<const float*>(smem + Tr::kSlotOffset);
     }
   }
   for (int c = tid; c < kBlockM * (D / kVec); c += Tr::kThreads) {
@@ -572,29 +548,28 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     const int64_t tok = q_start + t;
     const int head = kvh * G + prow % G;
     float out[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = 0.f;
-#pragma unroll
-    for (int cc = 0; cc < Tr::kWarpsN; ++cc) {
-      const float wgt = sSum[cc * kBlockM + r] * v_descale;
-      const float* src = sO + (cc * kBlockM + r) * Tr::kORowStride + col;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) out[i] += wgt * src[i];
-    }
+    combined(r, col, out);
+    float lse = sMax[r];
     if (in_cluster) {
-      // slot: [kBlockM][D] rows, then [kBlockM] LSEs
-      const uint32_t dst = merge_slot + (r * D + col) * 4;
-      st_cluster_f32x4(dst, out[0], out[1], out[2], out[3]);
-      st_cluster_f32x4(dst + 16, out[4], out[5], out[6], out[7]);
-      if (col == 0) st_cluster_f32(merge_slot + (kBlockM * D + r) * 4, sMax[r]);
-      continue;
+      const float lse1 = sSlot[kBlockM * D + r];
+      const float m = fmaxf(lse, lse1);
+      const float m_use = m == -INFINITY ? 0.f : m;
+      float w0 = expf(lse - m_use), w1 = expf(lse1 - m_use);
+      const float total = w0 + w1;
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      w0 *= inv;
+      w1 *= inv;
+      const float* o1 = sSlot + r * D + col;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out[i] = (w0 != 0.f ? w0 * out[i] : 0.f) + (w1 != 0.f ? w1 * o1[i] : 0.f);
+      lse = total > 0.f ? m_use + logf(total) : -INFINITY;
     }
     const int64_t row_index = tok * p.num_q_heads + head;
     if (partial) {
       float* dst = p.o_partial + (slot * p.num_tokens * p.num_q_heads + row_index) * D + col;
       reinterpret_cast<float4*>(dst)[0] = make_float4(out[0], out[1], out[2], out[3]);
       reinterpret_cast<float4*>(dst)[1] = make_float4(out[4], out[5], out[6], out[7]);
-      if (col == 0) p.lse_partial[slot * p.num_tokens * p.num_q_heads + row_index] = sMax[r];
+      if (col == 0) p.lse_partial[slot * p.num_tokens * p.num_q_heads + row_index] = lse;
     } else {
       uint4 packed;
       packed.x = pack2<Element>(out[0], out[1]);
@@ -602,13 +577,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       packed.z = pack2<Element>(out[4], out[5]);
       packed.w = pack2<Element>(out[6], out[7]);
       *reinterpret_cast<uint4*>(static_cast<Element*>(p.o) + row_index * D + col) = packed;
-      if (col == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = sMax[r];
-    }
-  }
-  if constexpr (Tr::kMaxClusterSplits > 1) {
-    if (in_cluster) {
-      cluster_sync();
-      if (split == 0) merge_cluster_splits<Tr>(p, smem + Tr::kMergeOffset, row0, q_start, q_len, kvh);
+      if (col == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
     }
   }
 }
@@ -627,6 +596,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_ker
   // it is the step's cache write and this is the decode tiling (attend_tile waits before the first
   // tile of new keys).
   const bool deferred = Tr::kDecode && p.after_cache_write;
+  if constexpr (Tr::kMaxClusterSplits > 1) {
+    // Split 0's slot barrier (FwdTraits::kSlotOffset), made visible to split 1 through the cluster
+    // barrier whose wait comes in the epilogue: at the start, both CTAs arrive long before.
+    if (p.split_cluster != 0) {
+      if (blockIdx.z == 0 && threadIdx.x == 0) {
+        mbar_init(smem_u32(smem + Tr::kSlotBarOffset), 1);
+        fence_barrier_init();
+      }
+      cluster_arrive_relaxed();
+    }
+  }
   if (!deferred) pdl_wait_for_producer();
   const int tile = Tr::kDecode ? blockIdx.x / p.num_kv_heads : blockIdx.x;
   const int kvh = Tr::kDecode ? blockIdx.x % p.num_kv_heads : blockIdx.y;
@@ -652,16 +632,19 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
   constexpr int kSmem = Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
+  // A clustered decode launch also holds split 1's slot and its barrier (FwdTraits::kSlotOffset).
+  constexpr int kSmemMax = Tr::kMaxClusterSplits > 1 ? Tr::kClusterSmemBytes : kSmem;
+  const int smem = p.split_cluster != 0 ? kSmemMax : kSmem;
   const bool e5m2 = kKvFp8 && p.kv_fp8_e5m2 != 0;
   const auto kernel = e5m2 ? flash_fwd_kernel<Tr, TrSmall, kKvFp8> : flash_fwd_kernel<Tr, TrSmall, false>;
   static const cudaError_t configured[2] = {
-      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
+      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax),
+      cudaFuncSetAttribute(flash_fwd_kernel<Tr, TrSmall, kKvFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax)};
   (void)configured;
   const dim3 grid(kDecode ? p.num_tiles * p.num_kv_heads : p.num_tiles, kDecode ? 1 : p.num_kv_heads, p.num_splits);
   // A tile's splits as one cluster (the launcher checked flash_attn_cluster_merge).
   const dim3 cluster(1, 1, p.split_cluster ? p.num_splits : 1);
-  (void)launch_after_producer_in_clusters(kernel, grid, dim3(Tr::kThreads), cluster, kSmem, stream, p);
+  (void)launch_after_producer_in_clusters(kernel, grid, dim3(Tr::kThreads), cluster, smem, stream, p);
 }
 
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory
@@ -671,7 +654,10 @@ template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
 int flash_fwd_ctas_per_sm() {
   using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
-  constexpr int kSmem = Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
+  // With split 1's slot where the tiling clusters: the launches the split rule plans may cluster
+  // (it keeps every 16-bit decode tiling's CTAs per SM at head sizes 64, 96 and 128).
+  constexpr int kSmem = Tr::kMaxClusterSplits > 1 ? Tr::kClusterSmemBytes
+                        : Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
   int fewest = 1 << 30;
   for (const auto kernel : {flash_fwd_kernel<Tr, TrSmall, false>, flash_fwd_kernel<Tr, TrSmall, kKvFp8>}) {
     int n = 0;

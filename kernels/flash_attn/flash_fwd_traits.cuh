@@ -86,14 +86,19 @@ struct FwdTraits {
   static constexpr int kORowStride = kHeadDim + 8;
   static constexpr int kEpiBytes = kWarpsN * kBlockM * (kORowStride + 2) * 4;
   static constexpr int kSmemBytes = kMainBytes > kEpiBytes ? kMainBytes : kEpiBytes;
-  // Decode tiling in clusters (FlashAttnParams::split_cluster): each split CTA stores its normalized
-  // rows and their LSEs ([kBlockM][kHeadDim] + [kBlockM] fp32) into slot `split` of the first CTA's
-  // shared memory, past the epilogue's arrays; as many splits as fit there, at most 8 (a portable
-  // cluster).
-  static constexpr int kMergeOffset = (kEpiBytes + 15) / 16 * 16;
+  // Decode tiling in clusters of two splits (FlashAttnParams::split_cluster): split 1 stores its
+  // normalized rows and their LSEs ([kBlockM][kHeadDim] + [kBlockM] fp32) into a slot of split 0's
+  // shared memory past the kernel's own bytes (kSlotOffset), as soon as its epilogue has them; they
+  // complete split 0's slot barrier (kSlotBarOffset) as they land. A separate slot, not the stages:
+  // split 1 need not wait for split 0's main loop to end, nor split 0 for a second cluster barrier
+  // (the 2-token decode's CTAs spent 2-3 us past their main loops in those two barriers, Version 50).
+  // 16-bit caches at head sizes up to 128 (the 16-bit hd128 decode keeps 2 CTAs per SM with the
+  // slot: 2 x 109 KB); the fp8 decode's 4 CTAs per SM and the larger head sizes have no room.
   static constexpr int kMergeSplitBytes = kBlockM * (kHeadDim + 1) * 4;
-  static constexpr int kMaxClusterSplitsFit = (kSmemBytes - kMergeOffset) / kMergeSplitBytes;
-  static constexpr int kMaxClusterSplits = !kDecode ? 0 : kMaxClusterSplitsFit < 8 ? kMaxClusterSplitsFit : 8;
+  static constexpr int kMaxClusterSplits = kDecode && !kKvFp8 && kHeadDim <= 128 ? 2 : 0;
+  static constexpr int kSlotOffset = (kSmemBytes + 15) / 16 * 16;
+  static constexpr int kSlotBarOffset = kSlotOffset + kMergeSplitBytes;
+  static constexpr int kClusterSmemBytes = kSlotBarOffset + 16;
   static_assert(kMergeSplitBytes % 16 == 0, "16-byte stores into each split's slot");
 };
 

@@ -249,13 +249,15 @@ TEST(FlashAttnGpu, SplitKvMergedInClusters) {
   four.requests = {{1100, 1}, {700, 1}, {30, 1}};
   Case hd64{make_spec(8, 2, 64, DType::f16)};
   hd64.requests = {{520, 1}, {300, 1}};
+  Case hd96{make_spec(8, 2, 96)};  // head size 96, whose decode tiling clusters too
+  hd96.requests = {{520, 2}, {300, 1}};
   Case fp8{make_spec(16, 4, 128)};
   fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
   fp8.spec.k_scale = 0.0125f;
   fp8.spec.v_scale = 0.02f;
   fp8.requests = {{1200, 1}, {900, 2}};
   for (const auto& [c, clusters] :
-       {std::pair{&two, true}, {&empty_splits, true}, {&four, false}, {&hd64, true}, {&fp8, false}}) {
+       {std::pair{&two, true}, {&empty_splits, true}, {&four, false}, {&hd64, true}, {&hd96, true}, {&fp8, false}}) {
     const Outcome r = run_case(*c);
     EXPECT_VALID(r);
     EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
