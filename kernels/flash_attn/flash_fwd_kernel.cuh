@@ -24,6 +24,7 @@
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/pdl_launch.hpp"
 #include "kernels/common/ptx.cuh"
+#include "kernels/flash_attn/cta_trace.cuh"
 #include "kernels/flash_attn/flash_fwd_traits.cuh"
 #include "kernels/flash_attn/flash_mask.cuh"
 
@@ -394,6 +395,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     }
   }
   cp_async_wait<0>();
+  ATTN_FA_CTA_TRACE_AT(kCtaMainEnd);
 
   // ---- prefill epilogue: a warp owns whole rows (one warp column), so each quad normalizes its
   // rows and stores O and LSE straight from registers; no shared memory, no further barrier ----
@@ -595,6 +597,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_ker
   // Launched after the kernel ahead (run_flash_fwd): wait for it before reading anything, unless
   // it is the step's cache write and this is the decode tiling (attend_tile waits before the first
   // tile of new keys).
+  ATTN_FA_CTA_TRACE_AT(kCtaStart);
   const bool deferred = Tr::kDecode && p.after_cache_write;
   if constexpr (Tr::kMaxClusterSplits > 1) {
     // Split 0's slot barrier (FwdTraits::kSlotOffset), made visible to split 1 through the cluster
@@ -616,11 +619,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_ker
     const int rows = (p.query_start_loc[seq + 1] - p.query_start_loc[seq]) * (p.num_q_heads / p.num_kv_heads);
     if (rows <= TrSmall::kBlockM) {
       attend_tile<TrSmall, kE5m2>(p, smem, seq, m_block, kvh, false);
+      ATTN_FA_CTA_TRACE_AT(kCtaEnd);
       return;
     }
   }
   attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh, deferred);
   if (deferred) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead (a split without new keys)
+  ATTN_FA_CTA_TRACE_AT(kCtaEnd);
 }
 
 // Host side of one instantiation: raises the shared-memory limit once, then launches the kernel
@@ -644,7 +649,9 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
   const dim3 grid(kDecode ? p.num_tiles * p.num_kv_heads : p.num_tiles, kDecode ? 1 : p.num_kv_heads, p.num_splits);
   // A tile's splits as one cluster (the launcher checked flash_attn_cluster_merge).
   const dim3 cluster(1, 1, p.split_cluster ? p.num_splits : 1);
+  cta_trace_before_launch(stream);
   (void)launch_after_producer_in_clusters(kernel, grid, dim3(Tr::kThreads), cluster, smem, stream, p);
+  cta_trace_after_launch(stream, grid);
 }
 
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory
