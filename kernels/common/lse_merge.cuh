@@ -49,6 +49,22 @@ __device__ __forceinline__ LseMerge lse_merge(LseAt lse_at, int count, bool base
   return r;
 }
 
+// Two partials (FLASH_ATTN's decode splits merged in a cluster): lse_merge<2> and both weights, each
+// e^ taken once (the same values as lse_merge<2> and LseMerge::weight give; fewer registers).
+__device__ __forceinline__ LseMerge lse_merge2(float l0, float l1, bool base2, float& w0, float& w1) {
+  const float m = fmaxf(l0, l1);
+  LseMerge r;
+  r.m_use = m == -INFINITY ? 0.f : m;
+  w0 = lse_weight(l0 - r.m_use, base2);
+  w1 = lse_weight(l1 - r.m_use, base2);
+  const float total = w0 + w1;
+  r.inv = total > 0.f ? 1.f / total : 0.f;
+  r.lse = total > 0.f ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
+  w0 *= r.inv;
+  w1 *= r.inv;
+  return r;
+}
+
 // acc += w v, partial after partial in index order, acc starting at zero. A side of weight 0 may
 // hold anything (never read into the sum). The fused multiply-add is explicit so that every
 // caller rounds the same way (the first term: w v + 0).

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/lse_merge.cuh"
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/mma_fp8.cuh"
 #include "kernels/common/mma_softmax.cuh"
@@ -553,18 +554,14 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     combined(r, col, out);
     float lse = sMax[r];
     if (in_cluster) {
-      const float lse1 = sSlot[kBlockM * D + r];
-      const float m = fmaxf(lse, lse1);
-      const float m_use = m == -INFINITY ? 0.f : m;
-      float w0 = expf(lse - m_use), w1 = expf(lse1 - m_use);
-      const float total = w0 + w1;
-      const float inv = total > 0.f ? 1.f / total : 0.f;
-      w0 *= inv;
-      w1 *= inv;
+      // merge_attn_states' weights (lse_merge.cuh); the sum as products added (its fused
+      // lse_merge_add took 131 registers at head size 64: 3 CTAs per SM instead of 4).
+      float w0, w1;
+      const LseMerge mg = lse_merge2(lse, sSlot[kBlockM * D + r], false, w0, w1);
       const float* o1 = sSlot + r * D + col;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) out[i] = (w0 != 0.f ? w0 * out[i] : 0.f) + (w1 != 0.f ? w1 * o1[i] : 0.f);
-      lse = total > 0.f ? m_use + logf(total) : -INFINITY;
+      lse = mg.lse;
     }
     const int64_t row_index = tok * p.num_q_heads + head;
     if (partial) {
