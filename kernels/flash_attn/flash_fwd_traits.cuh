@@ -92,8 +92,9 @@ struct FwdTraits {
   // complete split 0's slot barrier (kSlotBarOffset) as they land. A separate slot, not the stages:
   // split 1 need not wait for split 0's main loop to end, nor split 0 for a second cluster barrier
   // (the 2-token decode's CTAs spent 2-3 us past their main loops in those two barriers, Version 50).
-  // 16-bit caches at head sizes up to 128 (the 16-bit hd128 decode keeps 2 CTAs per SM with the
-  // slot: 2 x 109 KB); the fp8 decode's 4 CTAs per SM and the larger head sizes have no room.
+  // 16-bit caches at head sizes up to 128, whose decode tilings keep their CTAs per SM with the
+  // slot (hd128: 2 x 109 KB); the fp8 decode tiling's 4 CTAs per SM leave no room, and head sizes
+  // 192 and 256, which never clustered (no room before the slot), keep their partials unmeasured.
   static constexpr int kMergeSplitBytes = kBlockM * (kHeadDim + 1) * 4;
   static constexpr int kMaxClusterSplits = kDecode && !kKvFp8 && kHeadDim <= 128 ? 2 : 0;
   static constexpr int kSlotOffset = (kSmemBytes + 15) / 16 * 16;
