@@ -95,6 +95,7 @@ struct Pass {
   // likewise hands each CTA its work, longest first to the least loaded one); empty: the snake.
   std::vector<int32_t> work_order;
   int work_rounds = 0, work_ctas = 0;
+  int l2_groups = 0;  // groups of (kv head, sequence) pairs the list is dealt in (FlashAttnPass::l2_groups)
   DeviceBuffer work_order_d;
   std::vector<float> descales;  // fp8 cache: [2][num_reqs * Hkv], k_scale then v_scale
   DeviceBuffer tiles_d, kv_lens_d, descales_d;
@@ -226,6 +227,7 @@ class FlashInferInstance final : public BackendInstance {
         out += fmt::format("{}:sm90 tile_q={} work={}", p.name, p.cta_tile_q, p.num_work);
         if (p.num_slots > 1) out += fmt::format(" splits={}", p.num_slots);
         if (!p.work_order.empty()) out += " rounds=balanced";
+        if (p.l2_groups > 0) out += fmt::format(" l2_groups={}", p.l2_groups);
         continue;
       }
       out += fmt::format("{}:{} work={} chunk_pages={}", p.name,
@@ -345,6 +347,7 @@ class FlashInferInstance final : public BackendInstance {
     p.work_order = fp.work_order;
     p.work_rounds = fp.work_rounds;
     p.work_ctas = fp.work_ctas;
+    p.l2_groups = fp.l2_groups;
     p.sm90 = true;
     p.cuda_core_decode = false;
     p.tiling = fp.tiling;
