@@ -47,6 +47,12 @@ inline std::vector<RequestShape> short_prefill_rounds() {
   return r;
 }
 
+// Two causal prefills whose K/V outgrow L2 at 32/32 heads of 128 (96 MB): the planner's list deals
+// their sm_90a items in four groups of (kv head, sequence) pairs ("l2_groups=4" on 132 SMs;
+// balance_fixed_rounds). Validate them on a sample of (request, head) pairs: the whole reference is
+// ~70 GFLOP of float64.
+inline std::vector<RequestShape> l2_grouped_prefill() { return {{0, 3000}, {37, 2900}}; }
+
 // Copies a whole device buffer back to the host.
 template <class T = uint8_t>
 std::vector<T> download_all(const DeviceBuffer& buf) {

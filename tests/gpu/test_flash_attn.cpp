@@ -524,13 +524,12 @@ TEST(FlashAttnSm90, BalancedFixedRounds) {
     EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
 }
 
-// A prefill whose K/V (96 MB at 32/32 heads of 128) outgrow L2: the planner's list deals its items
-// in four groups of (kv head, sequence) pairs (balance_fixed_rounds), every item once (NaN-poisoned
-// outputs). The reference checks a sample of (request, head) pairs.
+// A prefill whose K/V outgrow L2 (testing::l2_grouped_prefill): every item of the grouped list runs
+// once (NaN-poisoned outputs).
 TEST(FlashAttnSm90, HeadGroupedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 32, 128)};
-  c.requests = {{0, 3000}, {37, 2900}};
+  c.requests = testing::l2_grouped_prefill();
   c.max_pairs = 12;
   const Outcome r = run_case(c);
   EXPECT_VALID(r);

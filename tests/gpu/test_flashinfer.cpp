@@ -226,12 +226,12 @@ TEST(FlashInferGpu, Sm90PrefillBalancedRounds) {
     EXPECT_NE(r.plan.find("rounds=balanced"), std::string::npos) << r.plan;
 }
 
-// FLASH_ATTN's HeadGroupedRounds through FLASHINFER's prefill pass: 96 MB of K/V at 32/32 heads of
-// 128, its list dealt in four groups of (kv head, sequence) pairs, shown in the plan summary.
+// FLASH_ATTN's HeadGroupedRounds through FLASHINFER's prefill pass (testing::l2_grouped_prefill):
+// the same grouped list, named in the plan summary.
 TEST(FlashInferGpu, Sm90PrefillGroupedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case c{make_spec(32, 32, 128)};
-  c.requests = {{0, 3000}, {37, 2900}};
+  c.requests = testing::l2_grouped_prefill();
   c.max_pairs = 12;
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
