@@ -20,9 +20,18 @@ START, MAIN_END, END, SM, POINTS = range(5)  # kernels/flash_attn/cta_trace.cuh
 
 
 def read(path):
-    with open(path, "rb") as f:
-        data = f.read()
+    """The trace at `path`; SystemExit with a message naming it where it is not one."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SystemExit(f"cta-trace: cannot read {path}: {e.strerror}")
+    if len(data) < 16:
+        raise SystemExit(f"cta-trace: {path} is not a CTA trace ({len(data)} bytes, the header alone is 16)")
     ctas, gx, gy, gz = struct.unpack_from("4i", data, 0)
+    if ctas < 0 or min(gx, gy, gz) < 1 or len(data) != 16 + 8 * POINTS * ctas:
+        raise SystemExit(f"cta-trace: {path} is not a CTA trace (header {ctas} CTAs, grid {gx} x {gy} x {gz}, "
+                         f"{len(data)} bytes); write one with scripts/gpu-trace --cta")
     stamps = struct.unpack_from(f"{ctas * POINTS}q", data, 16)
     return (ctas, gx, gy, gz), [stamps[i * POINTS:(i + 1) * POINTS] for i in range(ctas)]
 
