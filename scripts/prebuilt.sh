@@ -1,0 +1,17 @@
+# Sourced by scripts/gpu-ab and scripts/gpu-ab-micro (not run): binaries built elsewhere for sm_90a
+# by scripts/prebuilt-bench and carried to the GPU machine, so that a device call builds nothing.
+
+# prebuilt_unpack FILE DIR NAME: FILE as an executable DIR/NAME (decompressed if FILE.xz or
+# FILE.gz); prints its path.
+prebuilt_unpack() {
+  local dst=$2/$3
+  mkdir -p "$2"
+  case $1 in
+    *.xz) xz -dc "$1" >"$dst" 2>/dev/null ||
+            python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$dst" ;;
+    *.gz) gzip -dc "$1" >"$dst" ;;
+    *) cp "$1" "$dst" ;;
+  esac || { echo "prebuilt: cannot unpack $1" >&2; return 2; }
+  chmod +x "$dst"
+  echo "$dst"
+}
