@@ -230,8 +230,12 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes
 // consumer whose 64 rows are all past its item's query skips its products. A separate instantiation:
 // the prefill kernel with that second consumer loop ran 2 x 4k 7 % slower (the consumers' code and
 // registers moved), so prefill launches keep the kernel without it.
+// kPlainScores: no soft cap, no ALiBi and a positive scale (sm90_plain_scores), so the scale always
+// goes into the exponent and the per-score path of the other two is not compiled, whose registers
+// cost the consumers time even where it never runs (head size 256 prefills 1.013-1.018 x faster
+// without it; docs/PERF_NOTES.md Version 51).
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
-          int kKeys = 0>
+          int kKeys = 0, bool kPlainScores = false>
 __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
@@ -787,8 +791,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
 
   // ---- consumers ----
   setmaxnreg_inc<kConsumerRegs<kHeadDim, kFp8, kConsumers, kDecodes, kFp8Mma>>();
-  const bool softcap = p.softcap > 0.f;
-  const bool alibi = p.alibi_slopes != nullptr;
+  const bool softcap = !kPlainScores && p.softcap > 0.f;
+  const bool alibi = !kPlainScores && p.alibi_slopes != nullptr;
   // Scores in log2 units: without a soft cap s2 = qk * scale * k_descale * log2e (the descale per
   // item, below; a bf16 Q on an fp8 cache was stored times kFp8QScale).
   // kFp8Mma: the e4m3 codes of Q are q / q_scale.
@@ -812,7 +816,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     const float qk_scale = base_qk_scale * k_descale;
     // Without a soft cap or ALiBi the score scale is fused into the exponent (exp2(s * scale - m)),
     // which needs a positive scale to commute with the row maximum.
-    const bool fused_scale = !softcap && !alibi && qk_scale > 0.f;
+    const bool fused_scale = kPlainScores || (!softcap && !alibi && qk_scale > 0.f);
     const int q_start = item.q_start, q_len = item.q_len, seq_len = item.seq_len, row0 = item.row0;
     const int pos_base = seq_len - q_len;
     const int kv_lo = item.tk.kv_lo, n_begin = item.tk.n_begin, n_end = item.tk.n_end;
@@ -1398,10 +1402,11 @@ inline int current_sm_count() {
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
-          int kKeys = 0>
+          int kKeys = 0, bool kPlainScores = false>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>;
-  constexpr auto kernel = sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys>;
+  constexpr auto kernel =
+      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys, kPlainScores>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
@@ -1428,6 +1433,16 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
+}
+
+// Whether a 16-bit prefill launch takes the kernel without the soft-cap and ALiBi score path
+// (kPlainScores): at head size 256. At 128 it made short prefills faster (8 x 1k 1.028-1.030 x) and
+// long ones slower (1 x 16k ~0.96 x, 1 x 8k 0.991 x), and at 64 slower (0.959 x), so those keep the
+// general kernel. ATTN_FA_SM90_PLAIN=0 keeps it at 256 too (A/B timing in one binary).
+template <int kHeadDim>
+bool sm90_plain_scores(const FlashAttnParams& p) {
+  static const bool on = ab_switch_on("ATTN_FA_SM90_PLAIN");
+  return kHeadDim == 256 && on && p.softcap <= 0.f && p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
 }
 
 template <int kHeadDim, int kHeadDimV>
@@ -1473,6 +1488,13 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
     if (decodes) {
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, true>(p, stream)
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true>(p, stream);
+      return;
+    }
+  }
+  if constexpr (kHeadDim == 256) {
+    if (sm90_plain_scores<kHeadDim>(p)) {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, true>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, true>(p, stream);
       return;
     }
   }
