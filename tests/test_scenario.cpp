@@ -834,7 +834,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
       "fp8_query_prefill", "decode_peaked_scores", "fp8_decode", "prefill_block48", "prefill_hd96_phi3",
-      "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2"};
+      "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -925,6 +925,20 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
                           [](const RequestShape& r) { return r.context_len == 0; }));
   EXPECT_TRUE(std::any_of(fdb.requests.begin(), fdb.requests.end(),
                           [&](const RequestShape& r) { return r.seq_len() % fd.spec.block_size != 0; }));
+
+  // Head size 256 without a soft cap or ALiBi (the sm_90a kernel's plain-scores instantiation, which
+  // prefill_hd256_gemma2's soft cap never reaches): prefills only, one with cached context, and
+  // sequences ending inside a page.
+  const Scenario g3 = load("prefill_hd256_gemma3");
+  EXPECT_EQ(g3.spec.head_size_qk, 256);
+  EXPECT_EQ(g3.spec.head_size_v, 256);
+  EXPECT_EQ(g3.spec.logits_soft_cap, 0.f);
+  EXPECT_FALSE(g3.spec.alibi);
+  const BatchShape g3b = shape(g3);
+  EXPECT_TRUE(std::all_of(g3b.requests.begin(), g3b.requests.end(), [](const RequestShape& r) { return r.query_len > 16; }));
+  EXPECT_TRUE(std::any_of(g3b.requests.begin(), g3b.requests.end(), [](const RequestShape& r) { return r.context_len > 0; }));
+  EXPECT_TRUE(std::any_of(g3b.requests.begin(), g3b.requests.end(),
+                          [&](const RequestShape& r) { return r.seq_len() % g3.spec.block_size != 0; }));
 
   // MLA decode: TP8 rank, block 64, decodes only; MLA prefill: chunks over cached context.
   const Scenario md = load("mla_decode_deepseek");
