@@ -1435,14 +1435,13 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
 }
 
-// Whether a 16-bit prefill launch takes the kernel without the soft-cap and ALiBi score path
-// (kPlainScores): at head size 256. At 128 it made short prefills faster (8 x 1k 1.028-1.030 x) and
-// long ones slower (1 x 16k ~0.96 x, 1 x 8k 0.991 x), and at 64 slower (0.959 x), so those keep the
-// general kernel. ATTN_FA_SM90_PLAIN=0 keeps it at 256 too (A/B timing in one binary).
-template <int kHeadDim>
-bool sm90_plain_scores(const FlashAttnParams& p) {
+// Whether a 16-bit prefill launch may take the kernel without the soft-cap and ALiBi score path
+// (kPlainScores). Only head size 256 has that instantiation (run_flash_fwd_sm90): at 128 it made short
+// prefills faster (8 x 1k 1.028-1.030 x) and long ones slower (1 x 16k ~0.96 x, 1 x 8k 0.991 x), and
+// at 64 slower (0.959 x). ATTN_FA_SM90_PLAIN=0 keeps the general kernel (A/B timing in one binary).
+inline bool sm90_plain_scores(const FlashAttnParams& p) {
   static const bool on = ab_switch_on("ATTN_FA_SM90_PLAIN");
-  return kHeadDim == 256 && on && p.softcap <= 0.f && p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
+  return on && p.softcap <= 0.f && p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
 }
 
 template <int kHeadDim, int kHeadDimV>
@@ -1492,7 +1491,7 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
     }
   }
   if constexpr (kHeadDim == 256) {
-    if (sm90_plain_scores<kHeadDim>(p)) {
+    if (sm90_plain_scores(p)) {
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, true>(p, stream)
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, true>(p, stream);
       return;
