@@ -50,6 +50,13 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 // pipe idle 63 % of the time, ncu, docs/PERF_NOTES.md Version 24), two otherwise (128).
 constexpr int sm90_block_m(int head_size, bool small_seqs) { return head_size == 64 && !small_seqs ? 192 : 128; }
 
+// Mean key tiles per work item (FlashAttnParams::mean_item_key_tiles) up to which a head size 128
+// prefill takes the sm_90a kernel without the soft-cap and ALiBi score path (sm90_plain_at in
+// flash_fwd_sm90.cuh). The two kernels differ only in the consumers' code: the plain one ran short
+// items faster (8 x 1k, 4.5 key tiles per item: 1.028-1.030 x) and long ones slower (2 x 4k, 16.5:
+// 1.002 x; 1 x 8k, 32.5: 0.991 x; 1 x 16k, 64.5: ~0.96 x; docs/PERF_NOTES.md Versions 51-52).
+constexpr int kSm90PlainMaxItemTiles128 = 8;
+
 // Whether the sm_90a wgmma kernel can serve layer `c` on the current device: head size 64, 96,
 // 128, 192 or 256, fp16/bf16 with a cache of the same dtype or an fp8 one, a compute capability 9.0 device and an sm_90a
 // image of that head size in this binary. ATTN_FA_SM90=0 in the environment turns it off (A/B

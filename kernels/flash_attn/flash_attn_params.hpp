@@ -93,6 +93,9 @@ struct FlashAttnParams {
   const int32_t* work_order = nullptr;  // [work_ctas, work_rounds]
   int work_rounds = 0;
   int work_ctas = 0;
+  // The planner's mean key tiles (of 128 keys) per work item, rounded up; 0 = not given. The sm_90a
+  // prefill at head size 128 takes its plain-scores kernel for short items only (sm90_plain_at).
+  int mean_item_key_tiles = 0;
 };
 
 }  // namespace attn

@@ -165,13 +165,15 @@ struct Sm90Traits {
   // full[kStages], empty[kStages], id_full[kIdSlots], id_empty[kIdSlots], landed[kStages], then
   // the ids.
   static constexpr int kBarrierBytes = 3 * kStages * 8 + 2 * kIdSlots * 8 + kIdSlots * 4;
-  // Fixed rounds from the planner's list (FlashAttnParams::work_order): the CTA's first kOrderSlots
-  // item ids, copied into shared memory at its start (read from global memory at every item start,
-  // each would cost the item an L2 round trip: a CTA's ids are a column of the list).
-  static constexpr int kOrderSlots = kPersistent<kHeadDim> ? 128 : 0;
+  // Persistent prefill launches (fixed rounds: the planner's list or the snake): the CTA's first
+  // kItemSlots items, their ids and fields (Sm90ItemRec) worked out by all threads at its start
+  // into shared memory, so that no item start waits for the dependent loads of its fields (tiles
+  // -> sequence -> its query and key counts and block-table row: two L2 round trips, ~0.5 us of each
+  // item's boundary at 8 x 1k, docs/PERF_NOTES.md Version 40). Later rounds load them as they come.
+  static constexpr int kItemSlots = kPersistent<kHeadDim> && !kDecodes ? 48 : 0;
   // Q + the K/V ring (hd64 184 KB, hd96 and hd128 224 KB, hd192 192 KB, hd256 224 KB or 192 KB with 64-key
-  // stages) + barriers + alignment slack.
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + kOrderSlots * 4 + 1024;
+  // stages) + the items + barriers + alignment slack.
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kItemSlots * 32 + kBarrierBytes + 1024;
   static constexpr int kAccS = kBlockN / 2;   // S accumulators per thread
   static constexpr int kAccO = kDimVPad / 2;  // O accumulators per thread (the unused dims' too)
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
@@ -192,6 +194,14 @@ struct Sm90PageMaps {
   // those out of L2 (the mixed step 1.07 x faster; ATTN_FA_DECODE_EVICT_FIRST=0 turns it off).
   int decode_evict_first;
 };
+
+// The fields of one of a CTA's first items (Sm90Traits::kItemSlots), in shared memory. w: the work
+// item (num_work or more: none); kvh_split: kv head | split << 16; row: the sequence's first
+// block-table entry (p.block_table + row).
+struct Sm90ItemRec {
+  int w, seq, row0, q_start, q_len, seq_len, kvh_split, row;
+};
+static_assert(sizeof(Sm90ItemRec) == 32, "two 16-byte words in shared memory");
 
 // The launch's divisors as multiply-highs (kernels/common/fast_div.hpp): the packed-row -> token
 // division by the group size G (query load, masks, epilogue) and the work item -> (tile, kv head,
@@ -261,15 +271,17 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   uint8_t* sKV = smem + Tr::kQBytes;  // stage s: K at sKV + s * kStageBytes, V right after
   const uint32_t sQ_addr = smem_u32(sQ);
   const uint32_t sKV_addr = smem_u32(sKV);
-  const uint32_t bar_addr = smem_u32(sKV + kStages * kStageBytes);
+  // After the ring: the CTA's first items (kItemSlots, 16-byte aligned), the barriers, the ids.
+  Sm90ItemRec* sItems = reinterpret_cast<Sm90ItemRec*>(sKV + kStages * kStageBytes);
+  const uint32_t bar_addr = smem_u32(sKV + kStages * kStageBytes + Tr::kItemSlots * sizeof(Sm90ItemRec));
   auto full_bar = [&](int stage) { return bar_addr + 8 * stage; };
   auto empty_bar = [&](int stage) { return bar_addr + 8 * (kStages + stage); };
   auto id_full_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + slot); };
   auto id_empty_bar = [&](int slot) { return bar_addr + 8 * (2 * kStages + Tr::kIdSlots + slot); };
   // kFp8Mma with maps: the stage's bulk copies of codes landed (the producer transposes V after).
   auto land_bar = [&](int stage) { return bar_addr + 8 * (2 * kStages + 2 * Tr::kIdSlots + stage); };
-  int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + 8 * (3 * kStages + 2 * Tr::kIdSlots));
-  int* sOrder = sIds + Tr::kIdSlots;  // [kOrderSlots] this CTA's items of the planner's list
+  int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + Tr::kItemSlots * sizeof(Sm90ItemRec) +
+                                     8 * (3 * kStages + 2 * Tr::kIdSlots));
 
   const int tid = threadIdx.x;
   const int role = tid / 128;          // 0: producer, 1 + c: consumer c
@@ -327,8 +339,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   auto work_of = [&](int round) {
     if (listed) {
       if (round >= p.work_rounds) return num_work;
-      return round < Tr::kOrderSlots ? sOrder[round]
-                                     : p.work_order[static_cast<int64_t>(blockIdx.x) * p.work_rounds + round];
+      return p.work_order[static_cast<int64_t>(blockIdx.x) * p.work_rounds + round];
     }
     const int b = round % 2 == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
     return round * static_cast<int>(gridDim.x) + b;
@@ -336,6 +347,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   // The CTA's item of `round` (num_work or more: none left). Dynamic: waits until it is published.
   auto item_id = [&](int round) {
     if (!kPersistent<kHeadDim> && round > 0) return num_work;
+    if (Tr::kItemSlots > 0 && round < Tr::kItemSlots) return sItems[round].w;
     if (!dynamic) return work_of(round);
     const int slot = round % Tr::kIdSlots;
     mbar_wait(id_full_bar(slot), (round / Tr::kIdSlots) & 1);
@@ -355,10 +367,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   };
   struct Item {
     int seq, kvh, split, q_start, q_len, seq_len, row0;
+    int row;  // the sequence's first block-table entry (p.block_table + row)
     TileKeys tk;
   };
   const bool head_major = divs.head_major != 0 && !listed && !dynamic;
-  auto item_of = [&](int w) {
+  // Item w's fields from global memory (tk aside).
+  auto fields_of = [&](int w) {
     Item it;
     uint32_t tile, hs, kvh, split;  // hs = kv head * S + split
     if (head_major)
@@ -373,6 +387,26 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     it.q_start = p.query_start_loc[it.seq];
     it.q_len = p.query_start_loc[it.seq + 1] - it.q_start;
     it.seq_len = p.seq_lens[it.seq];
+    it.row = p.block_table_indptr ? p.block_table_indptr[it.seq] : it.seq * p.block_table_stride;
+    return it;
+  };
+  // The CTA's item of `round`, w (item_id): from the shared table where it holds the round.
+  auto item_at = [&](int round, int w) {
+    Item it;
+    if (Tr::kItemSlots > 0 && round < Tr::kItemSlots) {
+      const int4 a = reinterpret_cast<const int4*>(sItems + round)[0];  // w, seq, row0, q_start
+      const int4 b = reinterpret_cast<const int4*>(sItems + round)[1];  // q_len, seq_len, kvh_split, row
+      it.seq = a.y;
+      it.row0 = a.z;
+      it.q_start = a.w;
+      it.q_len = b.x;
+      it.seq_len = b.y;
+      it.kvh = b.z & 0xffff;
+      it.split = b.z >> 16;
+      it.row = b.w;
+    } else {
+      it = fields_of(w);
+    }
     it.tk = tile_keys<kBlockM, kBlockN>(p, it.q_len, it.seq_len, it.row0, G, it.split);
     return it;
   };
@@ -394,11 +428,19 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       publish_id(0, front ? static_cast<int>(blockIdx.x) : num_work - 1 - (static_cast<int>(blockIdx.x) - front_ctas));
   }
 
-  if (listed) {
-    for (int i = tid; i < min(p.work_rounds, Tr::kOrderSlots); i += Tr::kThreads)
-      sOrder[i] = p.work_order[static_cast<int64_t>(blockIdx.x) * p.work_rounds + i];
+  if constexpr (Tr::kItemSlots > 0) {
+    // One thread per round: every item's loads in flight at once.
+    for (int i = tid; i < Tr::kItemSlots; i += Tr::kThreads) {
+      const int w = work_of(i);
+      Sm90ItemRec r{w, 0, 0, 0, 0, 0, 0, 0};
+      if (w < num_work) {
+        const Item it = fields_of(w);
+        r = Sm90ItemRec{w, it.seq, it.row0, it.q_start, it.q_len, it.seq_len, it.kvh | (it.split << 16), it.row};
+      }
+      sItems[i] = r;
+    }
   }
-  __syncthreads();  // the barriers are initialised (and the listed items copied)
+  __syncthreads();  // the barriers are initialised (and the first items' fields written)
   if (tid == 0) ATTN_SM90_TRACE_CTA(false);
 
   if (role == 0) {
@@ -640,14 +682,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       release_id(round);
       if (w >= num_work) break;
       if (dynamic && ctid == 0) publish_id(round + 1, claim());
-      const Item item = item_of(w);
-      const int seq = item.seq, kvh = item.kvh, seq_len = item.seq_len;
+      const Item item = item_at(round, w);
+      const int kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
       if (ctid == 0) {
         ATTN_SM90_TRACE_AT(round, kTraceTiles, num_tiles);
         ATTN_SM90_TRACE_AT(round, kTraceProducerItem, clock64());
       }
-      const int row = p.block_table_indptr ? p.block_table_indptr[seq] : seq * p.block_table_stride;
+      const int row = item.row;
       // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
       // the producer waits for the stage so that the wait hides the load): lane l reads that of
       // row l % kRowsPer8 of the warp's copy l / kRowsPer8.
@@ -809,7 +851,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     release_id(round);
     if (w >= num_work) break;
     if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceItem, clock64());
-    const Item item = item_of(w);
+    const Item item = item_at(round, w);
     const int kvh = item.kvh;
     const float k_descale = kFp8 && p.k_descale ? p.k_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
     const float v_descale = kFp8 && p.v_descale ? p.v_descale[item.seq * p.num_kv_heads + kvh] : 1.f;
@@ -830,7 +872,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     if (kPersistent<kHeadDim> && last_wg) {
       const int w_next = item_id(round + 1);
       if (w_next < num_work) {
-        const TileKeys nk = item_of(w_next).tk;
+        const TileKeys nk = item_at(round + 1, w_next).tk;
         next_has_tiles = nk.n_end > nk.n_begin;
       }
     }
@@ -1435,13 +1477,22 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
 }
 
-// Whether a 16-bit prefill launch may take the kernel without the soft-cap and ALiBi score path
-// (kPlainScores). Only head size 256 has that instantiation (run_flash_fwd_sm90): at 128 it made short
-// prefills faster (8 x 1k 1.028-1.030 x) and long ones slower (1 x 16k ~0.96 x, 1 x 8k 0.991 x), and
-// at 64 slower (0.959 x). ATTN_FA_SM90_PLAIN=0 keeps the general kernel (A/B timing in one binary).
+// Whether a 16-bit prefill launch's features allow the kernel without the soft-cap and ALiBi score
+// path (kPlainScores). ATTN_FA_SM90_PLAIN=0 keeps the general kernel (A/B timing in one binary).
 inline bool sm90_plain_scores(const FlashAttnParams& p) {
   static const bool on = ab_switch_on("ATTN_FA_SM90_PLAIN");
   return on && p.softcap <= 0.f && p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
+}
+
+// Whether a launch whose features allow it (sm90_plain_scores) takes the plain-scores kernel: every
+// prefill at head size 256, those of short items at 128 (the planner's mean, kSm90PlainMaxItemTiles128),
+// none at 64 (0.959 x), 96 and 192 (not measured: no instantiation).
+template <int kHeadDim>
+bool sm90_plain_at(const FlashAttnParams& p) {
+  if constexpr (kHeadDim == 256) return sm90_plain_scores(p);
+  if constexpr (kHeadDim == 128)
+    return sm90_plain_scores(p) && p.mean_item_key_tiles > 0 && p.mean_item_key_tiles <= kSm90PlainMaxItemTiles128;
+  return false;
 }
 
 template <int kHeadDim, int kHeadDimV>
@@ -1490,8 +1541,8 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
       return;
     }
   }
-  if constexpr (kHeadDim == 256) {
-    if (sm90_plain_scores(p)) {
+  if constexpr (kHeadDim == 128 || kHeadDim == 256) {
+    if (sm90_plain_at<kHeadDim>(p)) {
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, true>(p, stream)
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, true>(p, stream);
       return;

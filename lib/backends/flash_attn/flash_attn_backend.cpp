@@ -102,6 +102,7 @@ class FlashAttnInstance final : public BackendInstance {
       pre.claim_front_ctas = 0;
       pre.work_order = nullptr;  // the main pass's list
       pre.work_rounds = pre.work_ctas = 0;
+      pre.mean_item_key_tiles = mean_item_key_tiles(schedule_.prefix);
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -219,6 +220,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.work_order = schedule_.main.work_order.empty() ? nullptr : work_order_.as<int32_t>();
     p.work_rounds = schedule_.main.work_rounds;
     p.work_ctas = schedule_.main.work_ctas;
+    p.mean_item_key_tiles = mean_item_key_tiles(schedule_.main);
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;

@@ -71,6 +71,13 @@ int sm90_dynamic_override() {
 // both schedule estimates below give an item.
 int64_t item_key_tiles(int64_t keys) { return std::max<int64_t>((keys + 127) / 128, 1); }
 
+// Key tiles of split sp of a tile with n of them, cut into `splits` as tile_keys (flash_mask.cuh)
+// cuts them.
+int64_t split_key_tiles(int64_t n, int64_t splits, int64_t sp) {
+  const int64_t each = (n + splits - 1) / splits;
+  return std::max<int64_t>(0, std::min(n, (sp + 1) * each) - sp * each);
+}
+
 // The kernel's snake of fixed rounds (flash_fwd_sm90.cuh), item by item: round r's items go to
 // CTAs 0, 1, ... in even rounds and from the far end in odd ones. next() is the CTA of the next item.
 struct SnakeRounds {
@@ -336,6 +343,16 @@ int l2_group_elem_bytes(DType kv_cache_dtype) {
   return is_fp8(kv_cache_dtype) ? 0 : static_cast<int>(dtype_size(kv_cache_dtype));
 }
 
+int mean_item_key_tiles(const FlashAttnPass& pass) {
+  if (pass.tile_keys.empty() || pass.tile_keys.size() != static_cast<std::size_t>(pass.num_tiles())) return 0;
+  const int64_t splits = std::max(pass.num_splits, 1);
+  int64_t sum = 0;
+  for (const int64_t keys : pass.tile_keys)
+    for (int64_t sp = 0; sp < splits; ++sp) sum += split_key_tiles(item_key_tiles(keys), splits, sp);
+  const int64_t items = static_cast<int64_t>(pass.tile_keys.size()) * splits;
+  return static_cast<int>((sum + items - 1) / items);
+}
+
 void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, int num_sms, int kv_elem_bytes) {
   pass.work_order.clear();
   pass.work_rounds = pass.work_ctas = pass.l2_groups = 0;
@@ -354,10 +371,9 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   std::vector<int64_t> cost(static_cast<std::size_t>(items));
   for (int64_t t = 0, w = 0; t < pass.num_tiles(); ++t) {
     const int64_t n = item_key_tiles(pass.tile_keys[static_cast<std::size_t>(t)]);
-    const int64_t each = (n + splits - 1) / splits;
     for (int64_t h = 0; h < num_kv_heads; ++h)
       for (int64_t sp = 0; sp < splits; ++sp, ++w)
-        cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * std::max<int64_t>(0, std::min(n, (sp + 1) * each) - sp * each);
+        cost[static_cast<std::size_t>(w)] = kFixedRoundsItemQuarters + 4 * split_key_tiles(n, splits, sp);
   }
   // The kernel's snake (SnakeRounds) is kept where its longest CTA is within 0.5 % of what any
   // order can reach (the mean load or the largest item). Long prefills come out so, and there the

@@ -63,6 +63,9 @@ L2Groups l2_groups(const FlashAttnPass& pass, int num_kv_heads, int head_size, i
 // balance_fixed_rounds' kv_elem_bytes for a cache of this dtype: its element size, or 0 over an fp8
 // cache, whose items keep tile-major rounds (head-major ones ran slower there, Version 49).
 int l2_group_elem_bytes(DType kv_cache_dtype);
+// The mean key tiles (of 128 keys) of the pass's work items, each tile's cut into its splits as the
+// kernel cuts them, rounded up; 0 for a pass without costs (FlashAttnParams::mean_item_key_tiles).
+int mean_item_key_tiles(const FlashAttnPass& pass);
 // Whether planners balance fixed rounds (balance_fixed_rounds); ATTN_FA_SM90_BALANCE=0 keeps the
 // kernel's snake, for A/B timing in one binary (FLASH_ATTN and FLASHINFER's sm_90a passes alike).
 bool sm90_balance_enabled();

@@ -95,6 +95,7 @@ struct Pass {
   // likewise hands each CTA its work, longest first to the least loaded one); empty: the snake.
   std::vector<int32_t> work_order;
   int work_rounds = 0, work_ctas = 0;
+  int mean_item_key_tiles = 0;  // FlashAttnParams::mean_item_key_tiles
   int l2_groups = 0;  // groups of (kv head, sequence) pairs the list is dealt in (FlashAttnPass::l2_groups)
   DeviceBuffer work_order_d;
   std::vector<float> descales;  // fp8 cache: [2][num_reqs * Hkv], k_scale then v_scale
@@ -347,6 +348,7 @@ class FlashInferInstance final : public BackendInstance {
     p.work_order = fp.work_order;
     p.work_rounds = fp.work_rounds;
     p.work_ctas = fp.work_ctas;
+    p.mean_item_key_tiles = mean_item_key_tiles(fp);
     p.l2_groups = fp.l2_groups;
     p.sm90 = true;
     p.cuda_core_decode = false;
@@ -495,6 +497,7 @@ class FlashInferInstance final : public BackendInstance {
     p.work_order = pass.work_order.empty() ? nullptr : pass.work_order_d.as<int32_t>();
     p.work_rounds = pass.work_rounds;
     p.work_ctas = pass.work_ctas;
+    p.mean_item_key_tiles = pass.mean_item_key_tiles;
     p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
     p.lse = lse_.as<float>() + row0;
     p.lse_token_stride = H;
