@@ -110,6 +110,10 @@ def main():
     if len(lines) > 1:
         print()
         print_table(lines)
+    fit = item_fit(rows, peers)
+    if len(fit) > 1:
+        print()
+        print_table(fit)
 
 
 # Issue 10's targets on FLASH_ATTN's rows: (label, kind, cases, bound). Kinds: "cudnn" TFLOP/s over
@@ -196,6 +200,44 @@ def targets(rows, peers, micro):
     return out
 
 
+# Where a prefill's time goes, from two FLASH_ATTN rows with the same work items: 8 x 1k and 2 x 4k at
+# llama3-8b's heads (causal, 128 x 128 tiles) both run 2048 items, over 9,216 and 33,792 key tiles.
+# Their times fitted to a per key tile plus b per item, per CTA (one per SM: 132 on the H100 and the
+# H200), for FLASH_ATTN and for the cuDNN peer (its time from its TFLOP/s on the same FLOPs, as if
+# its tiles were the same): short prefills are paced by b (docs/PERF_NOTES.md, the thirty-sixth
+# session's closing check).
+FIT_SMS = 132
+FIT_ITEMS = 2048
+FIT_CASES = (("prefill_1k", 9216), ("prefill", 33792))
+
+
+def item_fit(rows, peers):
+    """(label, us per key tile, us per item) rows of the fit above, or just the header when a row or
+    a figure is missing."""
+    fa = {r.get("case"): r for r in rows if r.get("backend") == "flash_attn" and r.get("status") == "pass"}
+    out = [("item cost fit (8 x 1k and 2 x 4k hd128)", "us per key tile", "us per item")]
+    (c1, k1), (c2, k2) = FIT_CASES
+    r1, r2 = fa.get(c1), fa.get(c2)
+    if not r1 or not r2:
+        return out
+    t1, t2 = num(r1.get("median_time_us")), num(r2.get("median_time_us"))
+    f1, f2 = num(r1.get("tflops")), num(r2.get("tflops"))
+    if not (t1 and t2):
+        return out
+
+    def fit(label, t1, t2):
+        per1, per2, items = k1 / FIT_SMS, k2 / FIT_SMS, FIT_ITEMS / FIT_SMS
+        a = (t2 - t1) / (per2 - per1)
+        out.append((label, f"{a:.2f}", f"{(t1 - a * per1) / items:.2f}"))
+
+    fit("flash_attn", t1, t2)
+    p1, _ = peer_figure(peers, c1, "cudnn")
+    p2, _ = peer_figure(peers, c2, "cudnn")
+    if p1 and p2 and f1 and f2:
+        fit("cuDNN peer (if its tiles are 128 x 128)", t1 * f1 / p1, t2 * f2 / p2)
+    return out
+
+
 def print_table(out):
     widths = [max(len(str(row[i])) for row in out) for i in range(len(out[0]))]
     for i, row in enumerate(out):
@@ -237,7 +279,7 @@ def mla_table(peers, micro_path):
 def self_test():
     """Synthetic rows: each kind of target reads back its ratio and verdict."""
     fa = lambda case, **kw: dict(case=case, backend="flash_attn", status="pass", **{k: str(v) for k, v in kw.items()})
-    rows = [fa("prefill", tflops=550, median_time_us=500), fa("prefill_1k", tflops=300),
+    rows = [fa("prefill", tflops=550, median_time_us=500), fa("prefill_1k", tflops=300, median_time_us=210),
             fa("decode", pct_peak_bw=97.5, tb_per_sec=2.955, median_time_us=360),
             fa("decode_fp8", median_time_us=190), fa("prefill_fp8q", tflops=500),
             fa("decode_2tok", pct_peak_bw=88.8), fa("mixed", median_time_us=185),
@@ -268,6 +310,11 @@ def self_test():
         "MLA prefill 4 x 4k on 8k TFLOP/s / hd128 same shape": ("0.600", "300.0 / 500.0", "reported"),
     }
     assert got == want, got  # FLASHINFER's row and the targets without rows are left out
+    # 500 and 210 us over 256.0 and 69.8 key tiles, 15.5 items per CTA: 1.56 us a key tile, then
+    # (210 - 108.8) / 15.5; cuDNN at 550 and 157.5 us (its TFLOP/s 500 and 400).
+    fit = {r[0]: r[1:] for r in item_fit(rows, peers)[1:]}
+    assert fit == {"flash_attn": ("1.56", "6.53"), "cuDNN peer (if its tiles are 128 x 128)": ("2.11", "0.66")}, fit
+    assert len(item_fit(rows[:1], peers)) == 1  # 8 x 1k missing: no fit
     print("gpu-summary self-test: ok")
     return 0
 
