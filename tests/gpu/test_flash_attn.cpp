@@ -942,8 +942,6 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_EQ(hd64_mixed.num_tiles(), 4 + 1);
 }
 
-// The fixed rounds of an sm_90a prefill pass, balanced by the planner: every item once, each CTA's
-// cost (2.75 + its key tiles per item) within one item of every other's, below the kernel's snake.
 // The mean key tiles per work item that picks head size 128's plain-scores kernel (sm90_plain_at):
 // 8 x 1k at 32/8 heads has tiles of 32 tokens whose items see 1..8 key tiles, four of each (4.5 ->
 // 5); 2 x 4k 1..32 (16.5 -> 17); 1 x 16k 1..128 (64.5 -> 65); two splits halve 8 x 1k's (2.25 -> 3).
@@ -962,6 +960,8 @@ TEST(FlashAttnSelector, MeanItemKeyTiles) {
   EXPECT_EQ(mean_item_key_tiles(FlashAttnPass{}), 0);
 }
 
+// The fixed rounds of an sm_90a prefill pass, balanced by the planner: every item once, each CTA's
+// cost (2.75 + its key tiles per item) within one item of every other's, below the kernel's snake.
 TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
   const std::vector<int32_t> q(8, 1024);  // 8 x 1k causal, 32/8 heads: 256 tiles x 8 kv heads
   FlashAttnPass pass = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
