@@ -102,7 +102,7 @@ class FlashAttnInstance final : public BackendInstance {
       pre.claim_front_ctas = 0;
       pre.work_order = nullptr;  // the main pass's list
       pre.work_rounds = pre.work_ctas = 0;
-      pre.mean_item_key_tiles = mean_item_key_tiles(schedule_.prefix);
+      pre.mean_item_key_tiles = prefix_item_tiles_;
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -161,6 +161,8 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void upload_schedule() {
+    main_item_tiles_ = mean_item_key_tiles(schedule_.main);
+    prefix_item_tiles_ = schedule_.cascade ? mean_item_key_tiles(schedule_.prefix) : 0;
     const auto& main = schedule_.main.tiles;
     if (!main.empty()) tiles_.upload_async(main.data(), main.size() * sizeof(int32_t), stream_);
     const auto& order = schedule_.main.work_order;
@@ -220,7 +222,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.work_order = schedule_.main.work_order.empty() ? nullptr : work_order_.as<int32_t>();
     p.work_rounds = schedule_.main.work_rounds;
     p.work_ctas = schedule_.main.work_ctas;
-    p.mean_item_key_tiles = mean_item_key_tiles(schedule_.main);
+    p.mean_item_key_tiles = main_item_tiles_;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;
@@ -245,6 +247,7 @@ class FlashAttnInstance final : public BackendInstance {
   KvCacheLayout layout_;
   CacheView view_;
   FlashAttnSchedule schedule_;
+  int main_item_tiles_ = 0, prefix_item_tiles_ = 0;  // mean_item_key_tiles of the schedule's passes
   std::vector<int32_t> prefix_host_;
   DeviceBuffer cache_;            // (2, num_blocks, block_size, Hkv, D) cache dtype
   DeviceBuffer q_;                // [num_tokens, Hq, D] model dtype
