@@ -1,6 +1,6 @@
 #pragma once
 // Hopper (sm_90a) warpgroup MMA wrappers shared by the kernel families: shared-memory matrix
-// descriptors (128-byte swizzle), wgmma fences/commit/wait, the async-proxy fence, and the
+// descriptors (128-byte swizzle), wgmma fences/commit/wait, the async-proxy fence, stmatrix, and the
 // m64n{16,32,64,80,128,192,256}k16 fp16/bf16 instructions with A from shared memory (SS) or registers (RS),
 // and m64n128k32 e4m3 (SS and RS). Outside an sm_90a device pass they compile to nothing, so a .cu
 // including them still builds for sm_80.
@@ -57,12 +57,21 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // Makes cp.async writes of this thread visible to the tensor cores' (async proxy) reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Four 8 x 8 tiles of 16-bit elements into shared memory from the accumulator layout (lane t holds
+// row t / 4, columns 2 (t % 4) and + 1 of tile i in r_i); lane l names the address of row l % 8 of
+// tile l / 8 (16 bytes each). One instruction where 4-byte stores take four.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 #else
 __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() {}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
+__device__ __forceinline__ void stmatrix_x4(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t) {}
 #endif
 
 // Keeps the compiler from moving accumulator registers across an in-flight wgmma.

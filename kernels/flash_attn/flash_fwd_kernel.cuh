@@ -75,7 +75,8 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const int seq_len = p.seq_lens[seq];
   const int pos_base = seq_len - q_len;  // absolute position of query token 0
   const int row0 = m_block * kBlockM;    // first packed row of the tile
-  const TileKeys tk = tile_keys<kBlockM, kBlockN>(p, q_len, seq_len, row0, G, split);
+  const TileKeys tk = tile_keys<kBlockM, kBlockN>(
+      p, q_len, seq_len, row0, [G](int n) { return n / G; }, [&p](int n) { return n / p.num_splits; }, split);
   const int kv_lo = tk.kv_lo, n_begin = tk.n_begin, n_end = tk.n_end;
   const int n_plain_lo = tk.n_plain_lo, n_plain_hi = tk.n_plain_hi;
 

@@ -407,7 +407,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     } else {
       it = fields_of(w);
     }
-    it.tk = tile_keys<kBlockM, kBlockN>(p, it.q_len, it.seq_len, it.row0, G, it.split);
+    it.tk = tile_keys<kBlockM, kBlockN>(
+        p, it.q_len, it.seq_len, it.row0, [&](int n) { return static_cast<int>(divs.group.div(static_cast<uint32_t>(n))); },
+        [&](int n) { return static_cast<int>(divs.splits.div(static_cast<uint32_t>(n))); }, it.split);
     return it;
   };
 
@@ -1295,6 +1297,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const bool use_sink = p.sinks != nullptr && split == 0;
       const int64_t slot = p.partial_offset + split;
       const bool staged = p.o_partial == nullptr;
+      float row_wgt[2] = {0.f, 0.f};  // rows g and g + 8: O's factor (0 past the query: never stored)
   #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float sm = row_sum[h];
@@ -1319,14 +1322,25 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
             *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
           if (tq == 0) p.lse_partial[prow_index] = lse;
         } else {
-          // Row g + 8 h of this warp, chunk d: 4 bytes at 4 tq (the swizzle spreads the 8 rows of a
-          // chunk over all banks).
-          const int srow = wg * 64 + warp * 16 + g + 8 * h;
-  #pragma unroll
-          for (int d = 0; d < kHeadDimV / 8; ++d)
-            *reinterpret_cast<uint32_t*>(sQ + swizzled(srow, d, kQBlockBytes) + 4 * tq) =
-                pack2<Element>(acc_o[4 * d + 2 * h] * wgt, acc_o[4 * d + 2 * h + 1] * wgt);
+          row_wgt[h] = wgt;
           if (tq == 0 && p.lse) p.lse[tok * p.lse_token_stride + head * p.lse_head_stride] = lse;
+        }
+      }
+      if (staged) {
+        // The warp's 16 rows into its rows of the Q buffer, two 16-byte chunks of both row halves per
+        // stmatrix (tiles: rows g and g + 8 of chunk d, then of chunk d + 1); lane l names row l % 8
+        // of tile l / 8, whose 16 bytes the swizzle puts in their own bank group. Four 4-byte stores
+        // per tile before, with their addresses (ncu, 8 x 1k: ~60 of the epilogue's ~725 instructions).
+        const int l8 = lane & 7, tile = lane >> 3;
+        const uint32_t row_addr = sQ_addr + (wg * 64 + warp * 16 + l8 + 8 * (tile & 1)) * 128;
+  #pragma unroll
+        for (int d = 0; d < kHeadDimV / 8; d += 2) {
+          const int chunk = d + (tile >> 1);
+          stmatrix_x4(row_addr + (chunk >> 3) * kQBlockBytes + (((chunk & 7) ^ l8) << 4),
+                      pack2<Element>(acc_o[4 * d] * row_wgt[0], acc_o[4 * d + 1] * row_wgt[0]),
+                      pack2<Element>(acc_o[4 * d + 2] * row_wgt[1], acc_o[4 * d + 3] * row_wgt[1]),
+                      pack2<Element>(acc_o[4 * d + 4] * row_wgt[0], acc_o[4 * d + 5] * row_wgt[0]),
+                      pack2<Element>(acc_o[4 * d + 6] * row_wgt[1], acc_o[4 * d + 7] * row_wgt[1]));
         }
       }
       if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceEpiRows, clock64());

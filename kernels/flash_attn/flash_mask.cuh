@@ -41,12 +41,15 @@ struct TileKeys {
   int n_begin, n_end;          // this split's key tiles [n_begin, n_end)
   int n_plain_lo, n_plain_hi;  // key tiles [n_plain_lo, n_plain_hi) need no mask
 };
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ TileKeys tile_keys(const FlashAttnParams& p, int q_len, int seq_len, int row0, int G,
-                                              int split) {
+// by_group(n) and by_splits(n): n / G and n / p.num_splits for n >= 0 (a caller's multiply-highs,
+// kernels/common/fast_div.hpp, where the divisions by run-time values took ~100 of the ~140
+// instructions that each warp spends here per work item: ncu, 8 x 1k).
+template <int kBlockM, int kBlockN, class ByGroup, class BySplits>
+__device__ __forceinline__ TileKeys tile_keys(const FlashAttnParams& p, int q_len, int seq_len, int row0,
+                                              ByGroup by_group, BySplits by_splits, int split) {
   const int pos_base = seq_len - q_len;  // absolute position of query token 0
-  const int pos_first = pos_base + row0 / G;
-  const int pos_last = pos_base + min(q_len - 1, (row0 + kBlockM - 1) / G);
+  const int pos_first = pos_base + by_group(row0);
+  const int pos_last = pos_base + min(q_len - 1, by_group(row0 + kBlockM - 1));
 
   TileKeys t;
   // Union over the tile's rows, then this split's share of the key tiles.
@@ -57,7 +60,7 @@ __device__ __forceinline__ TileKeys tile_keys(const FlashAttnParams& p, int q_le
   if (p.local_chunk > 0) t.kv_lo = max(t.kv_lo, (pos_first / p.local_chunk) * p.local_chunk);
   const int n_lo = max(t.kv_lo, 0) / kBlockN;
   const int n_hi = kv_hi > t.kv_lo ? (kv_hi + kBlockN - 1) / kBlockN : n_lo;
-  const int per_split = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
+  const int per_split = by_splits(n_hi - n_lo + p.num_splits - 1);
   t.n_begin = min(n_hi, n_lo + split * per_split);
   t.n_end = min(n_hi, t.n_begin + per_split);
   // Intersection over the tile's rows: key tiles inside it need no per-element mask.
