@@ -73,7 +73,7 @@ __device__ __forceinline__ RowEnd end_row(float m, float d, bool use_sink, float
   const float total = d * w + (use_sink ? exp2f(sink2 - m_use) : 0.f);
   // The hardware's approximate reciprocal and log2 (~1 ulp and ~2^-22 absolute: far below the
   // 16-bit output's rounding and the LSE's budget): the IEEE reciprocal's slow-path branch and the
-  // software log2f's polynomial were ~110 of the sm_90a epilogue's ~725 instructions per warp and
+  // software log2f's polynomial were ~110 of the sm_90a epilogue's ~655 instructions per warp and
   // item (ncu, 8 x 1k). total stays far below 2^126, where __fdividef would return 0.
   const float inv = total > 0.f ? __fdividef(1.f, total) : 0.f;
   return {w * inv, total > 0.f ? m_use + __log2f(total) : -INFINITY};
