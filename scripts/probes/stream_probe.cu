@@ -6,9 +6,12 @@
 // flight), 16-byte loads by 256 or 1024 threads, FLASHMLA's cache blocks (9 boxes of 64 x 64, 128-byte
 // swizzle) and FLASH_ATTN's 16-token pages (boxes of 64 dims x 16 tokens of one head, shuffled
 // pages). docs/PERF_NOTES.md, Version 47, has the H100's figures.
+// With --l2, the same copies from L2 instead: every CTA reads a window that one untimed pass left
+// in L2 (8 MB for the 1-D copies, 16 MB of K and V pages for FLASH_ATTN's boxes), each CTA from its
+// own offset, so the rows say what the CTAs and the whole chip take from L2 (Version 54).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Ilib -I. \
-//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe > probe.csv
+//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe [--l2] > probe.csv
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -19,6 +22,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/common/mbarrier.cuh"
@@ -78,6 +82,17 @@ __global__ void k_bulk1d(const uint8_t* src, size_t per_cta, int chunk, int slot
   stream_ring(static_cast<int>(per_cta / chunk), slots, times, [&](int s, int i, uint32_t bar) {
     mbar_arrive_expect_tx(bar, chunk);
     bulk_1d(smem_addr(smem + size_t(s) * chunk), base + size_t(i) * chunk, chunk, bar);
+  });
+}
+
+// Mode 0 from L2 (--l2): unit i of CTA c reads the window's bytes at (c * 64 KB + i * chunk) mod window
+// (a power of two: a 64-bit remainder by a run-time value took the issuing thread ~290 ns per copy).
+__global__ void k_bulk1d_l2(const uint8_t* src, uint32_t window, size_t per_cta, int chunk, int slots, uint64_t* times) {
+  if (threadIdx.x != 0) return;
+  stream_ring(static_cast<int>(per_cta / chunk), slots, times, [&](int s, int i, uint32_t bar) {
+    mbar_arrive_expect_tx(bar, chunk);
+    const uint32_t off = (blockIdx.x * 65536u + static_cast<uint32_t>(i) * chunk) & (window - 1);
+    bulk_1d(smem_addr(smem + size_t(s) * chunk), src + off, chunk, bar);
   });
 }
 
@@ -177,7 +192,8 @@ struct Result {
   double total_gbs;    // all bytes / (last end - first start)
 };
 
-int main() {
+int main(int argc, char** argv) {
+  const bool l2 = argc > 1 && std::string(argv[1]) == "--l2";
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
@@ -196,6 +212,7 @@ int main() {
   uint32_t* sink = nullptr;
   CK(cudaMalloc(&sink, 64));
   CK(cudaFuncSetAttribute(k_bulk1d, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_bulk1d_l2, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_mla, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_fa, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_ldg<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
@@ -230,8 +247,9 @@ int main() {
 
   auto measure = [&](int ctas, size_t bytes_per_cta, auto launch) {
     Result best{0, 0};
+    if (l2) launch();  // the window into L2 (untimed)
     for (int rep = 0; rep < 3; ++rep) {
-      k_flush<<<sms * 4, 512>>>(flush, flush_bytes / 16, sink);
+      if (!l2) k_flush<<<sms * 4, 512>>>(flush, flush_bytes / 16, sink);
       launch();
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
@@ -255,6 +273,35 @@ int main() {
     std::printf("%s,%s,%d,%d,%.1f,%.1f\n", mode, detail, kb, ctas, r.per_cta_gbs, r.total_gbs);
     std::fflush(stdout);
   };
+  if (l2) {
+    // K and V pages of an L2-resident pool: 256 pages (8 MB of K, 8 MB of V), each CTA's 1024 a
+    // walk over them from its own start.
+    const int l2_pages = 256;
+    for (int c = 0; c < sms; ++c)
+      for (int p = 0; p < fa_per_pages; ++p) lists[size_t(c) * fa_per_pages + p] = perm[(size_t(c) * 37 + p) % l2_pages];
+    CK(cudaMemcpy(dlists, lists.data(), lists.size() * sizeof(int), cudaMemcpyHostToDevice));
+    const uint32_t window = 8u << 20;  // a power of two
+    const size_t l2_per_cta = size_t(8) << 20;
+    for (int ctas : {1, 32, 66, 100, sms}) {
+      for (int chunk : {2048, 4096, 16384}) {
+        for (int kb : {64, 128, 192}) {
+          const int slots = kb * 1024 / chunk;
+          if (slots < 1 || slots > 32) continue;
+          char d[32];
+          std::snprintf(d, sizeof d, "l2_chunk%dk", chunk / 1024);
+          row("bulk1d", d, kb, ctas, measure(ctas, l2_per_cta, [&] {
+                k_bulk1d_l2<<<ctas, 32, size_t(slots) * chunk>>>(src, window, l2_per_cta, chunk, slots, times);
+              }));
+        }
+      }
+      for (int slots : {2, 4, 6}) {
+        row("fa_pages", "l2_16x2KB", slots * 32, ctas, measure(ctas, size_t(fa_per_pages) * 8192, [&] {
+              k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+            }));
+      }
+    }
+    return 0;
+  }
   for (int ctas : counts) {
     for (int chunk : {4096, 16384, 65536}) {
       for (int kb : {32, 64, 128, 192}) {
