@@ -1329,8 +1329,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       if (staged) {
         // The warp's 16 rows into its rows of the Q buffer, two 16-byte chunks of both row halves per
         // stmatrix (tiles: rows g and g + 8 of chunk d, then of chunk d + 1); lane l names row l % 8
-        // of tile l / 8, whose 16 bytes the swizzle puts in their own bank group. Four 4-byte stores
-        // per tile before, with their addresses (ncu, 8 x 1k: ~60 of the epilogue's ~655 instructions).
+        // of tile l / 8, whose 16 bytes the swizzle puts in their own bank group. Before, a 4-byte
+        // store per tile, four per stmatrix, with their addresses (ncu, 8 x 1k: ~60 of the
+        // epilogue's ~655 instructions).
         const int l8 = lane & 7, tile = lane >> 3;
         const uint32_t row_addr = sQ_addr + (wg * 64 + warp * 16 + l8 + 8 * (tile & 1)) * 128;
   #pragma unroll
