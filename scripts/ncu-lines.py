@@ -19,7 +19,49 @@ Name lines of one place in the code: a helper inlined at several call sites (til
 everything between them; its own lines' counts (the default report) are the sum over its sites.
 """
 import csv
+import os
 import sys
+
+
+def num(row, key):
+    """A metric of a page row as a number (0 where it is empty or "-")."""
+    try:
+        return float(row.get(key, "0").replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def page_rows(csv_path):
+    """The source page's rows in order: (file path, line, source text, None, metrics) for a source
+    line (its metrics summed over its SASS) and (file path, line, SASS text, address, metrics) for
+    each SASS instruction listed under that line."""
+    header = None
+    path = "?"
+    line = 0
+    src = ""
+    with open(csv_path, newline="") as f:
+        for rec in csv.reader(f):
+            if not rec or rec[0] == "Function Name":
+                continue
+            if rec[0] == "File Path":
+                path = rec[1]
+                continue
+            if rec[0] == "Line No":
+                header = rec
+                continue
+            if header is None:
+                continue
+            # The metrics are the last columns: a source text holding quotes can split into more.
+            row = dict(zip(header[4:], rec[len(rec) - (len(header) - 4):]))
+            if rec[0]:
+                line, src = int(rec[0]), rec[1].strip()
+                yield path, line, src, None, row
+                continue
+            try:
+                addr = int(rec[2], 16)
+            except ValueError:
+                continue  # "..." rows
+            yield path, line, rec[3].strip(), addr, row
 
 
 def main() -> int:
@@ -36,8 +78,11 @@ def main() -> int:
     per = 1.0
     if "--span" in args:
         i = args.index("--span")
-        fname, _, lines = args[i + 1].rpartition(":")
+        fname, _, lines = args[i + 1].rpartition(":") if i + 1 < len(args) else ("", "", "")
         first, _, last = lines.partition("-")
+        if not fname or not first.isdigit() or not (last or first).isdigit():
+            print("ncu-lines: --span takes FILE:FIRST-LAST (e.g. flash_fwd_sm90.cuh:1290-1360)", file=sys.stderr)
+            return 2
         span = (fname, int(first), int(last or first))
         del args[i:i + 2]
     if "--per" in args:
@@ -46,37 +91,15 @@ def main() -> int:
         del args[i:i + 2]
     if args == ["--self-test"]:
         return self_test()
+    if len(args) != 1 or not os.path.isfile(args[0]):
+        print(f"ncu-lines: expected one source page (NAME-source.csv from scripts/gpu-ncu), got {args}", file=sys.stderr)
+        return 2
     if span:
         return print_span(args[0], span, per)
-    rows = []
-    header = None
-    path = "?"
-    with open(args[0], newline="") as f:
-        for rec in csv.reader(f):
-            if not rec:
-                continue
-            if rec[0] == "File Path":
-                path = rec[1]
-                continue
-            if rec[0] == "Function Name":
-                continue
-            if rec[0] == "Line No":
-                header = rec
-                continue
-            if header is None or not rec[0]:
-                continue  # a SASS row: its line's row already sums it
-            # The metrics are the last columns: a source text holding quotes can split into more.
-            row = dict(zip(header[4:], rec[len(rec) - (len(header) - 4):]))
-            rows.append((path, int(rec[0]), rec[1].strip(), row))
-
-    def num(row, key):
-        try:
-            return float(row.get(key, "0").replace(",", ""))
-        except ValueError:
-            return 0.0
-
+    rows = [(path, line, src, row) for path, line, src, addr, row in page_rows(args[0]) if addr is None]
+    header_keys = rows[0][3].keys() if rows else []
     total = sum(num(r, "Warp Stall Sampling (All Samples)") for _, _, _, r in rows) or 1.0
-    stalls = [k for k in (header or []) if k.startswith("stall_") and "(Not Issued)" not in k]
+    stalls = [k for k in header_keys if k.startswith("stall_") and "(Not Issued)" not in k]
     rows.sort(key=lambda x: -num(x[3], "Warp Stall Sampling (All Samples)"))
     print(f"{'share':>6} {'samples':>8} {'warp insts':>11}  location / source / top stalls")
     for path, line, src, row in rows[:top]:
@@ -101,40 +124,11 @@ def print_span(csv_path, span, per):
 def span_report(csv_path, span, per):
     """The --span report's lines, or None when no SASS belongs to the span's lines."""
     sass = {}  # address -> [executed, samples, {source: executed}]
-    header = None
-    path = "?"
-    line = 0
-    with open(csv_path, newline="") as f:
-        for rec in csv.reader(f):
-            if not rec:
-                continue
-            if rec[0] == "File Path":
-                path = rec[1].split("/")[-1]
-                continue
-            if rec[0] in ("Function Name",):
-                continue
-            if rec[0] == "Line No":
-                header = rec
-                continue
-            if header is None:
-                continue
-            if rec[0]:
-                line = int(rec[0])
-                continue
-            try:
-                addr = int(rec[2], 16)
-            except ValueError:
-                continue  # "..." rows
-            row = dict(zip(header[4:], rec[len(rec) - (len(header) - 4):]))
-
-            def num(key):
-                try:
-                    return float(row.get(key, "0").replace(",", ""))
-                except ValueError:
-                    return 0.0
-
-            entry = sass.setdefault(addr, [num("Instructions Executed"), num("Warp Stall Sampling (All Samples)"), {}])
-            entry[2][(path, line)] = entry[0]
+    for path, line, _, addr, row in page_rows(csv_path):
+        if addr is None:
+            continue
+        entry = sass.setdefault(addr, [num(row, "Instructions Executed"), num(row, "Warp Stall Sampling (All Samples)"), {}])
+        entry[2][(path.split("/")[-1], line)] = entry[0]
     fname, first, last = span
     inside = [a for a, e in sass.items() if any(p == fname and first <= ln <= last for p, ln in e[2])]
     if not inside:
@@ -160,7 +154,6 @@ def span_report(csv_path, span, per):
 
 def self_test():
     """A synthetic source page: the span counts each instruction once, helpers inlined in it too."""
-    import os
     import tempfile
     head = ["Line No", "Source", "Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
 
