@@ -914,6 +914,37 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         }
         *reinterpret_cast<uint4*>(sQ + r * 128 + ((c ^ (r & 7)) << 4)) = codes;
       }
+    } else if constexpr ((kChunks & (kChunks - 1)) == 0) {
+      // As the epilogue's stores (below): lane r < 16 finds where the warp's row r comes from, as
+      // rows of q past the item's first token's (-1 past the query: zero-filled), and lane l copies
+      // chunk c = l % kChunks of rows rl, rl + kRowStep, ... (rl = l / kChunks) at a shared-memory
+      // base plus a constant per pass. Before, each chunk worked out its row's token (a multiply-high),
+      // its swizzle and a 64-bit address (~25 instructions per chunk).
+      constexpr int kRowStep = 32 / kChunks;
+      int rel = -1;
+      if (lane < 16) {
+        const int prow = row0 + wrow0 + lane;
+        const int t = token_of(prow);
+        if (t < q_len) rel = t * p.num_q_heads + kvh * G + (prow - t * G);
+      }
+      const int c = lane % kChunks, rl = lane / kChunks;
+      const char* const qbase =
+          static_cast<const char*>(p.q) + int64_t{q_start} * p.num_q_heads * (kHeadDim * 2) + c * 16;
+      uint8_t* const sts0 = sQ + (c >> 3) * kQBlockBytes + (wrow0 + rl) * 128;
+      const int x0 = ((c & 7) ^ rl) << 4;
+#pragma unroll
+      for (int i = 0; i < 16 / kRowStep; ++i) {
+        const int r = __shfl_sync(0xffffffffu, rel, rl + kRowStep * i);
+        cp_async_16(sts0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)),
+                    qbase + static_cast<int64_t>(max(r, 0)) * (kHeadDim * 2), r >= 0);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      if constexpr (kQToHalf) {
+        // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
+#pragma unroll
+        for (int i = 0; i < 16 / kRowStep; ++i) fp8_q_to_half(sts0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)));
+      }
     } else {
       const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
@@ -1347,22 +1378,43 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceEpiRows, clock64());
       if (staged) {
         // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
-        // warp goes (-1: past the sequence's query), the lanes take it from there by shuffle.
-        int64_t dst_row = -1;
+        // warp goes, as rows of o past the item's first token's (a small number: the item's tokens x
+        // num_q_heads; -1 past the sequence's query), the lanes take it from there by shuffle.
+        int rel = -1;
         if (lane < 16) {
           const int prow = warp_row0 + lane;
           const int t = token_of(prow);
-          if (t < q_len) dst_row = (static_cast<int64_t>(q_start + t) * p.num_q_heads + kvh * G + (prow - t * G)) * kHeadDimV;
+          if (t < q_len) rel = t * p.num_q_heads + kvh * G + (prow - t * G);
         }
         __syncwarp();  // the warp's rows are in shared memory
-        Element* o = static_cast<Element*>(p.o);
+        char* const o_item = static_cast<char*>(p.o) + int64_t{q_start} * p.num_q_heads * (kHeadDimV * 2);
+        if constexpr ((kChunksV & (kChunksV - 1)) == 0) {
+          // Lane l stores chunk c = l % kChunksV of rows rl, rl + kRowStep, ... (rl = l / kChunksV):
+          // its shared-memory address is a base plus a constant per pass (rl < kRowStep divides
+          // kRowStep i, so the swizzle's row & 7 is rl ^ (kRowStep i & 7)), its global one the item's
+          // first row plus the shuffled offset: ~6 instructions per chunk. Before, each chunk worked
+          // out its row, swizzle and 64-bit address (~200 of the epilogue's ~655 instructions per
+          // warp and item, ncu, 8 x 1k).
+          constexpr int kRowStep = 32 / kChunksV;
+          const int c = lane % kChunksV, rl = lane / kChunksV;
+          const uint8_t* const lds0 = sQ + (c >> 3) * kQBlockBytes + (wg * 64 + warp * 16 + rl) * 128;
+          const int x0 = ((c & 7) ^ rl) << 4;
+          char* const obase = o_item + c * 16;
+  #pragma unroll
+          for (int i = 0; i < 16 / kRowStep; ++i) {
+            const int r = __shfl_sync(0xffffffffu, rel, rl + kRowStep * i);
+            const uint4 v = *reinterpret_cast<const uint4*>(lds0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)));
+            if (r >= 0) *reinterpret_cast<uint4*>(obase + static_cast<int64_t>(r) * (kHeadDimV * 2)) = v;
+          }
+        } else {
   #pragma unroll 4  // fully unrolled, head size 192 spilled (the loads ran ahead of the stores)
-        for (int i = 0; i < 16 * kChunksV / 32; ++i) {
-          const int r = (i * 32 + lane) / kChunksV, c = (i * 32 + lane) % kChunksV;
-          const int64_t row = __shfl_sync(0xffffffffu, dst_row, r);
-          if (row >= 0) {
-            const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
-            *reinterpret_cast<uint4*>(o + row + c * 8) = v;
+          for (int i = 0; i < 16 * kChunksV / 32; ++i) {
+            const int r = (i * 32 + lane) / kChunksV, c = (i * 32 + lane) % kChunksV;
+            const int row = __shfl_sync(0xffffffffu, rel, r);
+            if (row >= 0) {
+              const uint4 v = *reinterpret_cast<const uint4*>(sQ + swizzled(wg * 64 + warp * 16 + r, c, kQBlockBytes));
+              *reinterpret_cast<uint4*>(o_item + static_cast<int64_t>(row) * (kHeadDimV * 2) + c * 16) = v;
+            }
           }
         }
       }
