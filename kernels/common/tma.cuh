@@ -57,6 +57,11 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+// `bytes` (a multiple of 16) of global memory from `src` (16-byte aligned) into L2, no completion
+// to wait for: data that a later copy of this CTA reads, so that it finds it in L2.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes) : "memory");
+}
 // True in exactly one active lane of the warp (all lanes must take part). Copies issued under it
 // from warp-uniform operands compile to one UTMALDG each; issued from per-lane operands, a copy
 // becomes a loop over the active lanes.
@@ -74,6 +79,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, i
 __device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t, const CUtensorMap*, int, int, int, uint32_t, uint64_t) {}
 __device__ __forceinline__ uint64_t l2_evict_first_policy() { return 0; }
+__device__ __forceinline__ void prefetch_l2_bulk(const void*, uint32_t) {}
 __device__ __forceinline__ void tma_load_4d_hint(uint32_t, const CUtensorMap*, int, int, int, int, uint32_t, uint64_t) {}
 #endif
 

@@ -217,12 +217,33 @@ struct Sm90Divisors {
   // them over every pair (head size 256 2 x 4k 16/16: 128 MB of K/V, read again by each wave).
   // Only on fixed rounds that are not the planner's list (whose ids are tile-major).
   int head_major;
+  // The fp8 tensor-core path: the producer prefetches each item's rows of Q into L2 (on by
+  // default; ATTN_FA_SM90_Q_PREFETCH=0 turns it off, for A/B timing).
+  int q_prefetch;
 };
 
 // Byte offset of 16-byte chunk `chunk` (along the head dim) of row `row` in a swizzled tile whose
 // 64-column blocks are `block_bytes` apart.
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int block_bytes) {
   return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Per-lane copies of a warp's 16 rows of a swizzled tile (its rows of Q in, its staged rows of O
+// out), 16-byte chunks: lane l takes chunk c = l % kChunks of rows rl, rl + kRowStep, ... (rl =
+// l / kChunks, kRowStep = 32 / kChunks). The warp's first row is a multiple of 8 and rl < kRowStep
+// divides kRowStep i, so the swizzle's row & 7 is rl ^ (kRowStep i & 7): pass i's byte offset is
+// the lane's base (lane_rows_base) plus a constant (pass_offset), where working out each chunk's
+// row, swizzle and address took ~25 instructions. kChunks: a power of two dividing 32.
+template <int kChunks>
+__device__ __forceinline__ uint32_t lane_rows_base(int lane, int warp_row, int block_bytes, int& x0) {
+  const int c = lane % kChunks, rl = lane / kChunks;
+  x0 = ((c & 7) ^ rl) << 4;
+  return static_cast<uint32_t>((c >> 3) * block_bytes + (warp_row + rl) * 128);
+}
+template <int kChunks>
+__device__ __forceinline__ int pass_offset(int x0, int i) {
+  constexpr int kRowStep = 32 / kChunks;
+  return kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4));
 }
 
 // A CTA runs work items (packed rows m_block * kBlockM .. of a sequence, one kv head, one split):
@@ -692,6 +713,19 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         ATTN_SM90_TRACE_AT(round, kTraceProducerItem, clock64());
       }
       const int row = item.row;
+      // kFp8Mma: the item's rows of Q into L2, a token's G heads (contiguous) per producer thread.
+      // Each tile of Q is read once, so the consumers' loads of it (plain loads: they quantize what
+      // they load) waited for DRAM; the producer reaches an item a few key tiles before they do.
+      // pq8 (2 x 4k, e4m3 cache, quantized queries) 1.019 x faster. The 16-bit kernels' cp.async
+      // copies of Q gained nothing (8 x 1k 0.990, hd256 0.992, 2 x 4k 1.003; docs/PERF_NOTES.md
+      // Version 55).
+      if (kFp8Mma && divs.q_prefetch) {
+        const int t_lo = token_of(item.row0), t_hi = min(item.q_len, token_of(item.row0 + kBlockM - 1) + 1);
+        const char* const q_item = static_cast<const char*>(p.q) +
+                                   (int64_t{item.q_start} * p.num_q_heads + kvh * G) * (kHeadDim * sizeof(Element));
+        for (int t = t_lo + ctid; t < t_hi; t += 128)
+          prefetch_l2_bulk(q_item + int64_t{t} * p.num_q_heads * (kHeadDim * sizeof(Element)), G * kHeadDim * sizeof(Element));
+      }
       // fp8 cache: the block-table entry this lane reads for tile n_tile (rows shared, read before
       // the producer waits for the stage so that the wait hides the load): lane l reads that of
       // row l % kRowsPer8 of the warp's copy l / kRowsPer8.
@@ -914,36 +948,32 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         }
         *reinterpret_cast<uint4*>(sQ + r * 128 + ((c ^ (r & 7)) << 4)) = codes;
       }
-    } else if constexpr ((kChunks & (kChunks - 1)) == 0) {
-      // As the epilogue's stores (below): lane r < 16 finds where the warp's row r comes from, as
-      // rows of q past the item's first token's (-1 past the query: zero-filled), and lane l copies
-      // chunk c = l % kChunks of rows rl, rl + kRowStep, ... (rl = l / kChunks) at a shared-memory
-      // base plus a constant per pass. Before, each chunk worked out its row's token (a multiply-high),
-      // its swizzle and a 64-bit address (~25 instructions per chunk).
-      constexpr int kRowStep = 32 / kChunks;
+    } else if constexpr ((kChunks & (kChunks - 1)) == 0 && kChunks <= 16) {
+      // Lane r < 16 finds where the warp's row r comes from, as rows of q past the item's first
+      // token's (-1 past the query: zero-filled), and the lanes copy their chunks of those rows
+      // (lane_rows_base): one token_of per row, not per chunk. (Head size 256 keeps the loop below:
+      // this one made its soft-cap kernel spill 28 bytes.)
       int rel = -1;
       if (lane < 16) {
         const int prow = row0 + wrow0 + lane;
         const int t = token_of(prow);
         if (t < q_len) rel = t * p.num_q_heads + kvh * G + (prow - t * G);
       }
-      const int c = lane % kChunks, rl = lane / kChunks;
+      int x0;
+      uint8_t* const sts0 = sQ + lane_rows_base<kChunks>(lane, wrow0, kQBlockBytes, x0);
       const char* const qbase =
-          static_cast<const char*>(p.q) + int64_t{q_start} * p.num_q_heads * (kHeadDim * 2) + c * 16;
-      uint8_t* const sts0 = sQ + (c >> 3) * kQBlockBytes + (wrow0 + rl) * 128;
-      const int x0 = ((c & 7) ^ rl) << 4;
+          static_cast<const char*>(p.q) + int64_t{q_start} * p.num_q_heads * (kHeadDim * 2) + lane % kChunks * 16;
 #pragma unroll
-      for (int i = 0; i < 16 / kRowStep; ++i) {
-        const int r = __shfl_sync(0xffffffffu, rel, rl + kRowStep * i);
-        cp_async_16(sts0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)),
-                    qbase + static_cast<int64_t>(max(r, 0)) * (kHeadDim * 2), r >= 0);
+      for (int i = 0; i < 16 * kChunks / 32; ++i) {
+        const int r = __shfl_sync(0xffffffffu, rel, lane / kChunks + 32 / kChunks * i);
+        cp_async_16(sts0 + pass_offset<kChunks>(x0, i), qbase + static_cast<int64_t>(max(r, 0)) * (kHeadDim * 2), r >= 0);
       }
       cp_async_commit();
       cp_async_wait<0>();
       if constexpr (kQToHalf) {
         // Each thread converts the chunks it copied, in place (elementwise: the swizzle is irrelevant).
 #pragma unroll
-        for (int i = 0; i < 16 / kRowStep; ++i) fp8_q_to_half(sts0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)));
+        for (int i = 0; i < 16 * kChunks / 32; ++i) fp8_q_to_half(sts0 + pass_offset<kChunks>(x0, i));
       }
     } else {
       const Element* q = static_cast<const Element*>(p.q);
@@ -1389,21 +1419,17 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         __syncwarp();  // the warp's rows are in shared memory
         char* const o_item = static_cast<char*>(p.o) + int64_t{q_start} * p.num_q_heads * (kHeadDimV * 2);
         if constexpr ((kChunksV & (kChunksV - 1)) == 0) {
-          // Lane l stores chunk c = l % kChunksV of rows rl, rl + kRowStep, ... (rl = l / kChunksV):
-          // its shared-memory address is a base plus a constant per pass (rl < kRowStep divides
-          // kRowStep i, so the swizzle's row & 7 is rl ^ (kRowStep i & 7)), its global one the item's
-          // first row plus the shuffled offset: ~6 instructions per chunk. Before, each chunk worked
-          // out its row, swizzle and 64-bit address (~200 of the epilogue's ~655 instructions per
-          // warp and item, ncu, 8 x 1k).
-          constexpr int kRowStep = 32 / kChunksV;
-          const int c = lane % kChunksV, rl = lane / kChunksV;
-          const uint8_t* const lds0 = sQ + (c >> 3) * kQBlockBytes + (wg * 64 + warp * 16 + rl) * 128;
-          const int x0 = ((c & 7) ^ rl) << 4;
-          char* const obase = o_item + c * 16;
+          // The lanes store their chunks of the warp's rows (lane_rows_base), each row's address the
+          // item's first row plus the shuffled offset: ~6 instructions per chunk, where working out
+          // each chunk's row, swizzle and 64-bit address took ~25 (~200 of the epilogue's ~655
+          // instructions per warp and item, ncu, 8 x 1k).
+          int x0;
+          const uint8_t* const lds0 = sQ + lane_rows_base<kChunksV>(lane, wg * 64 + warp * 16, kQBlockBytes, x0);
+          char* const obase = o_item + lane % kChunksV * 16;
   #pragma unroll
-          for (int i = 0; i < 16 / kRowStep; ++i) {
-            const int r = __shfl_sync(0xffffffffu, rel, rl + kRowStep * i);
-            const uint4 v = *reinterpret_cast<const uint4*>(lds0 + kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4)));
+          for (int i = 0; i < 16 * kChunksV / 32; ++i) {
+            const int r = __shfl_sync(0xffffffffu, rel, lane / kChunksV + 32 / kChunksV * i);
+            const uint4 v = *reinterpret_cast<const uint4*>(lds0 + pass_offset<kChunksV>(x0, i));
             if (r >= 0) *reinterpret_cast<uint4*>(obase + static_cast<int64_t>(r) * (kHeadDimV * 2)) = v;
           }
         } else {
@@ -1539,6 +1565,8 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.heads_splits = FastDivU32(static_cast<uint32_t>(p.num_kv_heads * p.num_splits));
   divs.tiles = FastDivU32(static_cast<uint32_t>(std::max(p.num_tiles, 1)));
   divs.head_major = sm90_head_major<kHeadDim, kFp8, kDecodes>() ? 1 : 0;
+  static const bool q_prefetch = ab_switch_on("ATTN_FA_SM90_Q_PREFETCH");
+  divs.q_prefetch = q_prefetch ? 1 : 0;
   sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
