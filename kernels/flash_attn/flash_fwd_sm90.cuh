@@ -882,6 +882,15 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const int other = wg + 1 == kConsumers ? 0 : wg + 1;
   const bool last_wg = wg == kConsumers - 1;
   bool turn_passed = false;  // the last consumer gave consumer 0 its first turn of this item
+  // Experiment: the 16-bit head size 128 kernels without turns (each consumer issues as soon as its
+  // stage is full); every other kernel keeps them.
+  constexpr bool kTurns = !(kHeadDim == 128 && kHeadDimV == 128 && !kFp8 && !kDecodes);
+  auto turn_wait = [&]() {
+    if constexpr (kTurns) named_bar_sync(kBarTurn + wg, 256);
+  };
+  auto turn_pass = [&](int to) {
+    if constexpr (kTurns) named_bar_arrive(kBarTurn + to, 256);
+  };
   for (int round = 0;; ++round) {
     const int w = item_id(round);
     release_id(round);
@@ -1170,14 +1179,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // no turn after its last issue of an item unless the next item takes turns, and then gives the
     // first turn of an item only if it did not pass it already. No consumer can arrive twice on a
     // barrier before its owner synced: its next arrive needs a full round of the others' turns.
-    if (last_wg && num_tiles > 0 && !turn_was_passed) named_bar_arrive(kBarTurn + 0, 256);
+    if (last_wg && num_tiles > 0 && !turn_was_passed) turn_pass(0);
     if (idle) {
       for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
         const int u = done + n_tile - n_begin;
         const int stage = u % kStages;
         mbar_wait(full_bar(stage), (u / kStages) & 1);
-        named_bar_sync(kBarTurn + wg, 256);
-        if (pass_last || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        turn_wait();
+        if (pass_last || n_tile + 1 < n_end) turn_pass(other);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar(stage));
       }
@@ -1201,10 +1210,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           if (!slot_waited) mbar_wait(full_bar(stage), (u / kStages) & 1);
           if (maps.box_rows == 0 || (n_begin + 1) * kBlockN > seq_len) fence_proxy_async();
           float s[Tr::kAccS];
-          named_bar_sync(kBarTurn + wg, 256);
+          turn_wait();
           if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceTurn, clock64());
           issue_qk(s, stage);
-          named_bar_arrive(kBarTurn + other, 256);  // a P V follows: every consumer has another turn
+          turn_pass(other);  // a P V follows: every consumer has another turn
           wgmma_wait<0>();
           fence_regs(s);
           if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceFirstS, clock64());
@@ -1220,12 +1229,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           // seq_len first.
           if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
           float s[Tr::kAccS];
-          named_bar_sync(kBarTurn + wg, 256);
+          turn_wait();
           issue_qk(s, stage);
           // The turn passes before P V is issued (FlashAttention-3 passes it after both): if a
           // warp's 16 back-to-back products stall their own issue, the other consumer would
           // otherwise wait through most of this P V for its Q K^T.
-          named_bar_arrive(kBarTurn + other, 256);
+          turn_pass(other);
           issue_pv(pa, stage);
           wgmma_wait<1>();  // S landed; P V of the tile before still runs
           fence_regs(s);
@@ -1266,9 +1275,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           const int u = done + num_tiles, stage = u % kStages;
           mbar_wait(full_bar(stage), (u / kStages) & 1);
           if (maps.box_rows == 0 || n_end * kBlockN > seq_len) fence_proxy_async();
-          named_bar_sync(kBarTurn + wg, 256);
+          turn_wait();
           issue_pv(pa, stage);
-          if (pass_last) named_bar_arrive(kBarTurn + other, 256);
+          if (pass_last) turn_pass(other);
           wgmma_wait<0>();
           fence_regs(acc_o);
           if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceLastPv, clock64());
@@ -1289,10 +1298,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           mbar_wait(full_bar(stage), (u / kStages) & 1);
           if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
           float s[Tr::kAccS];
-          named_bar_sync(kBarTurn + wg, 256);
+          turn_wait();
           if (n_tile > n_begin) issue_pv(pa, prev_stage);
           issue_qk(s, stage);
-          named_bar_arrive(kBarTurn + other, 256);  // a last P V follows: every consumer has another turn
+          turn_pass(other);  // a last P V follows: every consumer has another turn
           wgmma_wait<0>();
           fence_regs(s);
           fence_regs(acc_o);
@@ -1304,9 +1313,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
           to_a(s, pa);
           prev_stage = stage;
         }
-        named_bar_sync(kBarTurn + wg, 256);
+        turn_wait();
         issue_pv(pa, prev_stage);
-        if (pass_last) named_bar_arrive(kBarTurn + other, 256);
+        if (pass_last) turn_pass(other);
         wgmma_wait<0>();
         fence_regs(acc_o);
         __syncwarp();
@@ -1322,9 +1331,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         // them before this thread's wgmma reads of the stage (async proxy). Bulk copies need none.
         if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
         float s[Tr::kAccS];
-        named_bar_sync(kBarTurn + wg, 256);
+        turn_wait();
         issue_qk(s, stage);
-        if (pass_last || n_tile + 1 < n_end) named_bar_arrive(kBarTurn + other, 256);
+        if (pass_last || n_tile + 1 < n_end) turn_pass(other);
         wgmma_wait<0>();
         fence_regs(s);
         float corr[2];
