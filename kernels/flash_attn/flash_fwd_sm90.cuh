@@ -882,14 +882,22 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   const int other = wg + 1 == kConsumers ? 0 : wg + 1;
   const bool last_wg = wg == kConsumers - 1;
   bool turn_passed = false;  // the last consumer gave consumer 0 its first turn of this item
-  // Experiment: the 16-bit head size 128 kernels without turns (each consumer issues as soon as its
-  // stage is full); every other kernel keeps them.
-  constexpr bool kTurns = !(kHeadDim == 128 && kHeadDimV == 128 && !kFp8 && !kDecodes);
+  // Turns (kBarTurn: the consumers issue their products in order, one after the other) only over
+  // fp8 caches and at head size 96; elsewhere each consumer issues as soon as its stage is full,
+  // which ran 1.005-1.013 x faster (head sizes 64, 128, 192, 256, 16-bit caches) and 0.977-0.994 x
+  // over fp8 caches (docs/PERF_NOTES.md Version 56).
+  constexpr bool kTurns = kFp8 || kHeadDim == 96;
   auto turn_wait = [&]() {
     if constexpr (kTurns) named_bar_sync(kBarTurn + wg, 256);
   };
   auto turn_pass = [&](int to) {
     if constexpr (kTurns) named_bar_arrive(kBarTurn + to, 256);
+  };
+  // Where packed row prow of an item (query length q_len, kv head kvh) sits in q and o, in rows of
+  // num_q_heads x head size past the item's first token's; -1 past the query.
+  auto row_rel = [&](int prow, int q_len, int kvh) {
+    const int t = token_of(prow);
+    return t < q_len ? t * p.num_q_heads + kvh * G + (prow - t * G) : -1;
   };
   for (int round = 0;; ++round) {
     const int w = item_id(round);
@@ -913,8 +921,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // at its last issue of this item, and consumer 0 starts the next item (its epilogue, its Q, its
     // first Q K^T) while the others finish this one. Before, every consumer met at a CTA-wide
     // barrier at each item's start, and the tensor cores idled through the epilogue and Q's load.
+    // (Without turns nobody needs it.)
     bool next_has_tiles = false;
-    if (kPersistent<kHeadDim> && last_wg) {
+    if (kTurns && kPersistent<kHeadDim> && last_wg) {
       const int w_next = item_id(round + 1);
       if (w_next < num_work) {
         const TileKeys nk = item_at(round + 1, w_next).tk;
@@ -962,14 +971,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       // token's (-1 past the query: zero-filled), and the lanes copy their chunks of those rows
       // (lane_rows_base): one token_of per row, not per chunk. (Head size 256 keeps the loop below:
       // this one made its soft-cap kernel spill 28 bytes.)
-      int rel = -1;
-      if (lane < 16) {
-        const int prow = row0 + wrow0 + lane;
-        const int t = token_of(prow);
-        if (t < q_len) rel = t * p.num_q_heads + kvh * G + (prow - t * G);
-      }
       int x0;
       uint8_t* const sts0 = sQ + lane_rows_base<kChunks>(lane, wrow0, kQBlockBytes, x0);
+      const int rel = lane < 16 ? row_rel(row0 + wrow0 + lane, q_len, kvh) : -1;
       const char* const qbase =
           static_cast<const char*>(p.q) + int64_t{q_start} * p.num_q_heads * (kHeadDim * 2) + lane % kChunks * 16;
 #pragma unroll
@@ -1419,12 +1423,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         // o: [num_tokens, num_q_heads, Dv] of the model dtype. Lane r < 16 finds where row r of the
         // warp goes, as rows of o past the item's first token's (a small number: the item's tokens x
         // num_q_heads; -1 past the sequence's query), the lanes take it from there by shuffle.
-        int rel = -1;
-        if (lane < 16) {
-          const int prow = warp_row0 + lane;
-          const int t = token_of(prow);
-          if (t < q_len) rel = t * p.num_q_heads + kvh * G + (prow - t * G);
-        }
+        const int rel = lane < 16 ? row_rel(warp_row0 + lane, q_len, kvh) : -1;
         __syncwarp();  // the warp's rows are in shared memory
         char* const o_item = static_cast<char*>(p.o) + int64_t{q_start} * p.num_q_heads * (kHeadDimV * 2);
         if constexpr ((kChunksV & (kChunksV - 1)) == 0) {
