@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu-ab, scripts/gpu-ab-micro and scripts/gpu-ncu (not run): binaries built elsewhere for sm_90a
+# Sourced by scripts/gpu-ab, scripts/gpu-ab-micro, scripts/gpu-ncu and scripts/gpu-trace (not run): binaries built elsewhere for sm_90a
 # by scripts/prebuilt-bench and carried to the GPU machine, so that a device call builds nothing.
 
 # prebuilt_unpack FILE DIR NAME: FILE as an executable DIR/NAME (decompressed if FILE.xz or
