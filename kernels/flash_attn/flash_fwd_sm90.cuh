@@ -935,7 +935,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // The last consumer's final turn of the item: passed on when the next item takes turns.
     const bool pass_last = !last_wg || next_has_tiles;
     // kDecodes: a consumer whose 64 rows are all past the item's query (consumer 1 of a decode:
-    // G x q_len <= 64 packed rows) computes nothing: it loads no Q, takes its turns and frees each
+    // G x q_len <= 64 packed rows) computes nothing: it loads no Q, takes its turns (kTurns) and frees each
     // stage once it is full.
     const bool idle = kDecodes && row0 + wg * 64 >= q_len * G;
     // ---- Q: each warp moves its own 16 rows (16-byte chunks lane, lane + 32, ..., row-major) ----
