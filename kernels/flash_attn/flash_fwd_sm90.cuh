@@ -30,11 +30,12 @@
 // Per key tile a consumer computes S = Q K^T (D / 16 x m64nBk16, Q and K from shared memory), the
 // online softmax of its 64 rows in registers, and O += P V (B / 16 x m64nDk16, P from registers as
 // the A operand, V read N-major), then frees the stage on its "empty" mbarrier. No CTA-wide barrier
-// runs in the loop, and the consumers take turns issuing Q K^T (a named barrier each, round robin),
-// so one consumer's softmax runs under the others' MMAs. Head size 96, 128 and 256 prefills over a
+// runs in the loop. Each consumer issues its products as soon as its stage is full, so one consumer's
+// softmax runs under the others' MMAs; over fp8 caches and at head size 96 they take turns issuing
+// Q K^T instead (kTurns: a named barrier each, round robin). Head size 96, 128 and 256 prefills over a
 // 16-bit cache also overlap within a consumer (kOverlap): Q K^T of tile t is issued with P V of tile t - 1 and
 // the softmax of t runs under that P V; the producer then puts V of the CTA's tile u - 1 beside K of
-// tile u in slot u, so that each turn still reads one slot and frees it whole.
+// tile u in slot u, so that each tile's products still read one slot and free it whole.
 //
 // fp8 tensor cores (kFp8Mma, head size 128, an e4m3 cache and a quantized query, as vLLM runs
 // FlashAttention-3 when the query arrives in fp8): Q K^T and P V are m64n128k32 e4m3 products at
