@@ -5,6 +5,7 @@
 # FILE.gz); prints its path.
 prebuilt_unpack() {
   local dst=$2/$3
+  [[ -f $1 ]] || { echo "prebuilt: $1: no such file (build it here with scripts/prebuilt-bench and carry it)" >&2; return 2; }
   mkdir -p "$2"
   case $1 in
     *.xz) xz -dc "$1" >"$dst" 2>/dev/null ||
