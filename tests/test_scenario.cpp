@@ -834,7 +834,8 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "fp8_kv",     "mla_decode_deepseek",    "mla_prefill_deepseek",  "trace_azure_conv",
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
       "fp8_query_prefill", "decode_peaked_scores", "fp8_decode", "prefill_block48", "prefill_hd96_phi3",
-      "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3"};
+      "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3",
+      "prefill_peaked_scores"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -959,6 +960,16 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   for (const RequestShape& r : shape(ps).requests) {
     EXPECT_EQ(r.query_len, 1);
     EXPECT_GE(r.context_len, 512);
+  }
+
+  // Peaked prefill scores: prefills only, several key tiles of 128 per row, and a spread (std 60,
+  // ~87 in log2 units) at which the sm_90a prefill's running maxima jump past 2^8 and past 2^120.
+  const Scenario pp = load("prefill_peaked_scores");
+  ASSERT_TRUE(pp.data.logit_std.has_value());
+  EXPECT_GE(*pp.data.logit_std * 1.4426950408889634, 120.0 / 2);
+  for (const RequestShape& r : shape(pp).requests) {
+    EXPECT_EQ(r.context_len, 0);
+    EXPECT_GE(r.query_len, 256);
   }
 
   // Trace: one step of the shipped trace, on the TP8 rank, with a modest budget.
