@@ -952,11 +952,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
 #pragma unroll
       for (int i = 0; i < 16 * 8 / 32; ++i) {
         const int r = wrow0 + (32 * i + lane) / 8, c = (32 * i + lane) % 8;
-        const int prow = row0 + r;
-        const int t = token_of(prow);
+        const int rel = row_rel(row0 + r, q_len, kvh);
         uint4 codes = make_uint4(0u, 0u, 0u, 0u);
-        if (t < q_len) {
-          const Element* src = q + ((q_start + t) * static_cast<int64_t>(p.num_q_heads) + kvh * G + prow - t * G) * kHeadDim + c * 16;
+        if (rel >= 0) {
+          const Element* src = q + (int64_t{q_start} * p.num_q_heads + rel) * kHeadDim + c * 16;
           const uint4 a = *reinterpret_cast<const uint4*>(src);
           const uint4 b = *reinterpret_cast<const uint4*>(src + 8);
           auto quad = [&](uint32_t lo, uint32_t hi) {
@@ -994,12 +993,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
 #pragma unroll
       for (int i = 0; i < 16 * kChunks / 32; ++i) {
         const int r = wrow0 + (32 * i + lane) / kChunks, chunk = (32 * i + lane) % kChunks;
-        const int prow = row0 + r;
-        const int t = token_of(prow);
-        const bool valid = t < q_len;
-        const int64_t tok = q_start + (valid ? t : 0);
-        const Element* src = q + (tok * p.num_q_heads + kvh * G + prow - t * G) * kHeadDim + chunk * 8;
-        cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, valid);
+        const int rel = row_rel(row0 + r, q_len, kvh);
+        const Element* src = q + (int64_t{q_start} * p.num_q_heads + max(rel, 0)) * kHeadDim + chunk * 8;
+        cp_async_16(sQ + swizzled(r, chunk, kQBlockBytes), src, rel >= 0);
       }
       cp_async_commit();
       cp_async_wait<0>();
