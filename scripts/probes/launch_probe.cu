@@ -6,7 +6,7 @@
 // launch's own. The FLASH_ATTN decode tiling's 2-token decode launch is 256 CTAs in clusters of two,
 // 109 KB each (two per SM), over 269 MB.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a scripts/probes/launch_probe.cu -o launch_probe && ./launch_probe
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I. scripts/probes/launch_probe.cu -o launch_probe && ./launch_probe
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,14 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    cudaError_t e = (x);                                                    \
-    if (e != cudaSuccess) {                                                 \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                         \
-    }                                                                       \
-  } while (0)
+#include "scripts/probes/probe_check.hpp"
 
 constexpr int kThreads = 128;
 constexpr int kInFlight = 16;

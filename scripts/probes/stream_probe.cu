@@ -27,17 +27,9 @@
 
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/tma.cuh"
+#include "scripts/probes/probe_check.hpp"
 
 using namespace attn::kern;
-
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));          \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 __device__ __forceinline__ uint64_t gtimer() {
   uint64_t t;
