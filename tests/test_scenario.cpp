@@ -963,10 +963,12 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   }
 
   // Peaked prefill scores: prefills only, several key tiles of 128 per row, and a spread (std 60,
-  // ~87 in log2 units) at which the sm_90a prefill's running maxima jump past 2^8 and past 2^120.
+  // ~87 in log2 units) at which the sm_90a prefill's running maxima jump past 2^8 and past 2^120:
+  // two standard deviations of the scores in log2 units reach at least 120.
   const Scenario pp = load("prefill_peaked_scores");
   ASSERT_TRUE(pp.data.logit_std.has_value());
-  EXPECT_GE(*pp.data.logit_std * 1.4426950408889634, 120.0 / 2);
+  const double std_log2 = *pp.data.logit_std * 1.4426950408889634;  // log2(e)
+  EXPECT_GE(2.0 * std_log2, 120.0);
   for (const RequestShape& r : shape(pp).requests) {
     EXPECT_EQ(r.context_len, 0);
     EXPECT_GE(r.query_len, 256);
