@@ -52,6 +52,13 @@ TEST(MlaPrefillPlan, SmallWorkspaceGivesManyChunksAndEmptyOnes) {
   EXPECT_EQ(p.passes[3].dense_begin, (V{0, 16, 16, 16, 16}));
   EXPECT_EQ(p.passes[4].key_count, (V{70, 33, 17, 3}));  // the new tokens, causal
   EXPECT_EQ(p.tiles, (V{0, 0, 0, 1, 1, 0, 2, 0, 3, 0}));  // 70 rows = 2 tiles of 64
+  // The keys each tile attends, per pass (the balanced rounds' costs): a chunk's whole range for
+  // every tile of its prefill; the causal pass's keys up to the tile's last row (64, then 70).
+  using K = std::vector<int64_t>;
+  EXPECT_EQ(mla_pass_tile_keys(p, 1), (K{64, 64, 0, 0, 64}));
+  EXPECT_EQ(mla_pass_tile_keys(p, 3), (K{8, 8, 0, 0, 0}));
+  EXPECT_EQ(mla_pass_tile_keys(p, 4), (K{64, 70, 33, 17, 3}));
+  EXPECT_THROW(mla_pass_tile_keys(p, 5), InputError);
 }
 
 TEST(MlaPrefillPlan, NoContextIsOneCausalPass) {

@@ -1004,6 +1004,32 @@ TEST(FlashAttnSelector, Sm90FixedRoundsBalanced) {
   }
   EXPECT_LE(*hi, *std::max_element(snake.begin(), snake.end()) - 2.0);  // 114 against 116 key tiles
 
+  // Tiles that do not come most keys first (the MLA prefill's passes share one list in sequence
+  // order): the same balance, each CTA's items still heaviest first.
+  FlashAttnPass reversed = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
+  for (std::size_t i = 0, j = reversed.tile_keys.size() - 1; i < j; ++i, --j) {
+    std::swap(reversed.tile_keys[i], reversed.tile_keys[j]);
+    std::swap(reversed.tiles[2 * i], reversed.tiles[2 * j]);
+    std::swap(reversed.tiles[2 * i + 1], reversed.tiles[2 * j + 1]);
+  }
+  balance_fixed_rounds(reversed, 8, 128, 132);
+  ASSERT_EQ(reversed.work_order.size(), pass.work_order.size());
+  auto reversed_cost = [&](int w) {
+    return 2.75 + static_cast<double>((reversed.tile_keys[static_cast<size_t>(w / 8)] + 127) / 128);
+  };
+  std::vector<double> reversed_load(132, 0.0);
+  for (int b = 0; b < 132; ++b) {
+    double last = 1e9;
+    for (int r = 0; r < reversed.work_rounds; ++r) {
+      const int w = reversed.work_order[static_cast<size_t>(b * reversed.work_rounds + r)];
+      if (w >= items) break;
+      EXPECT_LE(reversed_cost(w), last) << "CTA " << b << " takes its items heaviest first";
+      last = reversed_cost(w);
+      reversed_load[static_cast<size_t>(b)] += reversed_cost(w);
+    }
+  }
+  EXPECT_EQ(*std::max_element(reversed_load.begin(), reversed_load.end()), *hi);
+
   // Splits cut each tile's key tiles: every (tile, kv head, split) once.
   FlashAttnPass split = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
   split.num_splits = 2;

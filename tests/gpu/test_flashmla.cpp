@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/flash_attn/flash_attn_plan.hpp"
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
 #include "core/error.hpp"
@@ -385,6 +386,20 @@ TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
   EXPECT_NE(r.plan.find("context_chunks=4 chunk=64"), std::string::npos) << r.plan;
   // The passes' 128-wide partials merged by LSE on the sm_90a kernel.
   if (testing::sm90_device()) EXPECT_NE(r.plan.find(v128_expected() ? " v=128" : " v=192"), std::string::npos) << r.plan;
+}
+
+TEST(FlashMlaGpu, PrefillBalancedRounds) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  // 24 tiles of 128 rows x 16 heads = 384 items per pass, more than the SMs: on sm_90a the causal
+  // pass's items (1 to 9 key tiles) are dealt from a balanced list (balance_fixed_rounds) instead
+  // of the kernel's snake. Every item must still run once: a missed one leaves poisoned rows.
+  FlashMlaOptions o;
+  o.workspace_tokens = 1024;  // 512 context tokens per chunk and prefill: two chunks
+  const Outcome r = run_case(make(mla_spec(16), {{700, 1000}, {300, 900}, {0, 1100}}), 32, o);
+  EXPECT_VALID(r);
+  EXPECT_NE(r.plan.find("context_chunks=2 chunk=512"), std::string::npos) << r.plan;
+  if (testing::sm90_device() && sm90_balance_enabled())
+    EXPECT_NE(r.plan.find("rounds=balanced("), std::string::npos) << r.plan;
 }
 
 TEST(FlashMlaGpu, Prefill128HeadsNoContext) {

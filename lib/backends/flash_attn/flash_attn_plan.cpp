@@ -366,8 +366,9 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (ctas <= 0 || items <= ctas || items > std::numeric_limits<int32_t>::max()) return;
   // Item w = (tile w / per_tile, kv head, split w % splits), as the kernel decomposes it; the
-  // tile's key tiles cut into splits as tile_keys (flash_mask.cuh) cuts them. The tiles come most
-  // keys first, so without splits the items already come heaviest first.
+  // tile's key tiles cut into splits as tile_keys (flash_mask.cuh) cuts them. make_flash_attn_pass's
+  // tiles come most keys first, so without splits its items already come heaviest first (the MLA
+  // prefill's passes share one tile list in sequence order, and are sorted below).
   std::vector<int64_t> cost(static_cast<std::size_t>(items));
   for (int64_t t = 0, w = 0; t < pass.num_tiles(); ++t) {
     const int64_t n = item_key_tiles(pass.tile_keys[static_cast<std::size_t>(t)]);
@@ -396,12 +397,13 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   // pairs when grouped (the whole list is one group otherwise).
   std::vector<int32_t> by_cost(static_cast<std::size_t>(items));
   std::iota(by_cost.begin(), by_cost.end(), 0);
+  const bool heaviest_first = std::is_sorted(cost.begin(), cost.end(), std::greater<>());
   auto group_of = [&](int32_t w) {
     if (!grouped) return 0;
     const int64_t tile = w / per_tile, h = (w % per_tile) / splits;
     return static_cast<int>(groups.of_pair[static_cast<std::size_t>(h * groups.num_seqs + pass.tiles[2 * static_cast<std::size_t>(tile)])]);
   };
-  if (grouped || splits > 1)
+  if (grouped || !heaviest_first)
     std::stable_sort(by_cost.begin(), by_cost.end(), [&](int32_t x, int32_t y) {
       const int gx = group_of(x), gy = group_of(y);
       return gx != gy ? gx < gy : cost[static_cast<std::size_t>(x)] > cost[static_cast<std::size_t>(y)];

@@ -2,6 +2,7 @@
 #include "backends/flashmla/flashmla_prefill.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -46,8 +47,29 @@ MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_
       plan_(plan_mla_prefill(q_lens, context_lens, workspace_tokens, tiling_.block_m)) {
   const int H = spec.num_q_heads;
   const std::size_t es = dtype_size(spec.dtype);
-  for (const auto& p : plan_.passes)
-    pass_bufs_.push_back({upload(p.key_begin), upload(p.key_count), upload(p.dense_begin), upload(p.block_table)});
+  // Each pass's items (tile, head) dealt to the persistent kernel's CTAs as FLASH_ATTN deals a
+  // prefill's: heaviest first to the least loaded CTA, a group of (head, prefill) pairs at a time
+  // where the pass's K/V outgrow L2. Without a list the kernel's snake runs the tiles in sequence
+  // order, each round over every head of a few tiles.
+  const FlashAttnConfig config = attention_config(spec, dv_);
+  const bool balance = sm90_balance_enabled() && flash_attn_uses_sm90(config, tiling_);
+  const int num_sms = balance ? query_device_info().num_sms : 0;
+  for (std::size_t pi = 0; pi < plan_.passes.size(); ++pi) {
+    const MlaPrefillPlan::Pass& p = plan_.passes[pi];
+    PassBuffers pb{upload(p.key_begin), upload(p.key_count), upload(p.dense_begin), upload(p.block_table)};
+    if (balance && num_sms > 0) {
+      FlashAttnPass fp;
+      fp.tiling = tiling_;
+      fp.tiles = plan_.tiles;
+      fp.tile_keys = mla_pass_tile_keys(plan_, static_cast<int>(pi));
+      balance_fixed_rounds(fp, H, kQk, num_sms, static_cast<int>(es));
+      pb.work_order = upload(fp.work_order);
+      pb.work_rounds = fp.work_rounds;
+      pb.work_ctas = fp.work_ctas;
+      pb.l2_groups = fp.l2_groups;
+    }
+    pass_bufs_.push_back(std::move(pb));
+  }
   query_start_ = upload(plan_.query_start);
   tiles_ = upload(plan_.tiles);
   const int64_t rows = std::max(plan_.max_dense_rows, MlaPrefillPlan::kDenseBlock);
@@ -70,6 +92,13 @@ std::string MlaPrefill::summary() const {
   std::string s = fmt::format("prefills={} context_chunks={}", plan_.num_prefills, plan_.num_chunks);
   if (plan_.num_chunks > 0) s += fmt::format(" chunk={}", plan_.chunk);
   s += flash_attn_uses_sm90(attention_config(spec_, dv_), tiling_) ? " attn_kernel=wgmma" : " attn_kernel=mma.sync";
+  int listed = 0, groups = 0;
+  for (const PassBuffers& pb : pass_bufs_) {
+    listed += pb.work_rounds > 0;
+    groups = std::max(groups, pb.l2_groups);
+  }
+  if (listed > 0) s += fmt::format(" rounds=balanced({}/{} passes)", listed, pass_bufs_.size());
+  if (groups > 0) s += fmt::format(" l2_groups<={}", groups);
   s += fmt::format(" v={}", dv_);
   return s;
 }
@@ -141,6 +170,9 @@ void MlaPrefill::run(const MlaPrefillInputs& in, cublasHandle_t cublas, cudaStre
     p.block_size = MlaPrefillPlan::kDenseBlock;
     p.block_table_stride = plan_.max_dense_blocks;
     p.num_tiles = static_cast<int>(plan_.tiles.size() / 2);
+    p.work_order = pb.work_rounds > 0 ? pb.work_order.as<int32_t>() : nullptr;
+    p.work_rounds = pb.work_rounds;
+    p.work_ctas = pb.work_ctas;
     p.num_splits = 1;
     p.kv_block_stride = int64_t{MlaPrefillPlan::kDenseBlock} * H * kQk;
     p.kv_token_stride = int64_t{H} * kQk;

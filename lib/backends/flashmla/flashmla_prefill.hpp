@@ -52,6 +52,10 @@ class MlaPrefill {
   MlaPrefillPlan plan_;
   struct PassBuffers {
     DeviceBuffer key_begin, key_count, dense_begin, block_table;
+    // The sm_90a kernel's fixed rounds, balanced as FLASH_ATTN's prefills (balance_fixed_rounds):
+    // FlashAttnParams::work_order of work_ctas CTAs; empty: the kernel's snake.
+    DeviceBuffer work_order;
+    int work_rounds = 0, work_ctas = 0, l2_groups = 0;
   };
   std::vector<PassBuffers> pass_bufs_;
   DeviceBuffer query_start_, tiles_;

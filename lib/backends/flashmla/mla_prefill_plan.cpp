@@ -71,4 +71,18 @@ MlaPrefillPlan plan_mla_prefill(const std::vector<int32_t>& q_lens, const std::v
   return plan;
 }
 
+std::vector<int64_t> mla_pass_tile_keys(const MlaPrefillPlan& plan, int pass) {
+  if (pass < 0 || pass >= static_cast<int>(plan.passes.size()))
+    throw InputError("mla_pass_tile_keys: pass " + std::to_string(pass) + " of " + std::to_string(plan.passes.size()));
+  const MlaPrefillPlan::Pass& p = plan.passes[static_cast<std::size_t>(pass)];
+  std::vector<int64_t> keys;
+  keys.reserve(plan.tiles.size() / 2);
+  for (std::size_t t = 0; t + 1 < plan.tiles.size(); t += 2) {
+    const int i = plan.tiles[t], m = plan.tiles[t + 1];
+    const int count = p.key_count[static_cast<std::size_t>(i)];
+    keys.push_back(p.causal ? std::min<int64_t>(count, int64_t{m + 1} * plan.block_m) : count);
+  }
+  return keys;
+}
+
 }  // namespace attn

@@ -39,4 +39,9 @@ struct MlaPrefillPlan {
 MlaPrefillPlan plan_mla_prefill(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& context_lens,
                                 int workspace_tokens, int block_m);
 
+// [num_tiles] the keys each tile of `plan` attends in pass `pass` (the cost model by which the
+// kernel's fixed rounds are balanced): a context chunk's every key of its prefill, the causal pass's
+// keys up to the tile's last query row (the new tokens attend to themselves).
+std::vector<int64_t> mla_pass_tile_keys(const MlaPrefillPlan& plan, int pass);
+
 }  // namespace attn
