@@ -93,7 +93,9 @@ constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // registers (it spilled 248 bytes there; with two consumers it ran 0.957 x the three plain ones),
 // at qk 192 / v 128, or in decode launches (the mixed step ran 0.99 x with it).
 template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
-constexpr bool kOverlap = !kFp8 && !kDecodes && kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 256);
+constexpr bool kOverlap = !kFp8 && !kDecodes &&
+                           ((kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 256)) ||
+                            (kHeadDim == 192 && kHeadDimV == 128));
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
