@@ -88,15 +88,16 @@ constexpr int kConsumers = sm90_block_m(kHeadDim, kDecodes) / 64;
 // so a turn reads one slot and frees it whole (Versions 12 and 19 held two stages per consumer, or
 // split each stage's barriers, and lost more than the overlap gave; this form lost too, Versions
 // 28-29, while one producer warp issued all of a tile's bulk copies, Version 33). Prefill launches of a 16-bit
-// cache at head sizes 96, 128 and 256 and at qk 192 / v 128 (the MLA prefill: S, P and O as at 128):
-// the live S, P and O fit their 232 consumer registers (96: 1.063, 256: 1.018 x the plain schedule,
-// Version 36; the MLA prefill 1.073 x, docs/PERF_NOTES.md's FLASHMLA section, where the 128-key
-// instantiation spills 4 bytes). Not at 64, whose three consumers have 152 registers (it spilled 248
-// bytes there; with two consumers it ran 0.957 x the three plain ones), at 192 / 192 (not tried: O
-// takes 96 registers, S and P 96 more), or in decode launches (the mixed step ran 0.99 x with it).
+// cache at head sizes 96, 128, 192 and 256 and at qk 192 / v 128 (the MLA prefill: S, P and O as at
+// 128): the live S, P and O fit their 232 consumer registers (96: 1.063, 256: 1.018 x the plain
+// schedule, Version 36; 192: 1.057, Version 60, its 64-key tiles spilling 8 bytes; the MLA prefill
+// 1.073 x, docs/PERF_NOTES.md's FLASHMLA section, where the 128-key instantiation spills 4 bytes).
+// Not at 64, whose three consumers have 152 registers (it spilled 248 bytes there; with two
+// consumers it ran 0.957 x the three plain ones), or in decode launches (the mixed step ran 0.99 x
+// with it).
 template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
 constexpr bool kOverlap = !kFp8 && !kDecodes &&
-                           ((kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 256)) ||
+                           ((kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256)) ||
                             (kHeadDim == 192 && kHeadDimV == 128));
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
