@@ -96,6 +96,12 @@ struct FlashAttnParams {
   // The planner's mean key tiles (of 128 keys) per work item, rounded up; 0 = not given. The sm_90a
   // prefill at head size 128 takes its plain-scores kernel for short items only (sm90_plain_at).
   int mean_item_key_tiles = 0;
+  // sm_90a prefill launches (not decode launches): a query's packed rows are tiled from its end, so
+  // that tile m holds rows m x block_m - shift .. (shift = block_m - rows % block_m where rows is
+  // not a multiple of block_m and spans more than one tile; rows below 0 are none). The partial
+  // tile is then the query's first, whose causal keys are fewest, instead of its last, whose
+  // consumers without rows multiplied every key tile. Set by make_flash_attn_pass's passes.
+  int rows_from_end = 0;
 };
 
 }  // namespace attn

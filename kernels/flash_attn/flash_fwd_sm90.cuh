@@ -410,9 +410,14 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     it.kvh = static_cast<int>(kvh);
     it.split = static_cast<int>(split);
     it.seq = p.tiles[2 * tile];
-    it.row0 = p.tiles[2 * tile + 1] * kBlockM;
     it.q_start = p.query_start_loc[it.seq];
     it.q_len = p.query_start_loc[it.seq + 1] - it.q_start;
+    it.row0 = p.tiles[2 * tile + 1] * kBlockM;
+    if (!kDecodes && p.rows_from_end) {
+      // The query's rows tiled from its end (FlashAttnParams::rows_from_end): rows below 0 are none.
+      const int rows = it.q_len * G;
+      if (rows > kBlockM) it.row0 -= (kBlockM - rows % kBlockM) % kBlockM;
+    }
     it.seq_len = p.seq_lens[it.seq];
     it.row = p.block_table_indptr ? p.block_table_indptr[it.seq] : it.seq * p.block_table_stride;
     return it;
@@ -726,7 +731,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       // copies of Q gained nothing (8 x 1k 0.990, hd256 0.992, 2 x 4k 1.003; docs/PERF_NOTES.md
       // Version 55).
       if (kFp8Mma && divs.q_prefetch) {
-        const int t_lo = token_of(item.row0), t_hi = min(item.q_len, token_of(item.row0 + kBlockM - 1) + 1);
+        const int t_lo = token_of(max(item.row0, 0)), t_hi = min(item.q_len, token_of(item.row0 + kBlockM - 1) + 1);
         const char* const q_item = static_cast<const char*>(p.q) +
                                    (int64_t{item.q_start} * p.num_q_heads + kvh * G) * (kHeadDim * sizeof(Element));
         for (int t = t_lo + ctid; t < t_hi; t += 128)
@@ -900,10 +905,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     if constexpr (kTurns) named_bar_arrive(kBarTurn + to, 256);
   };
   // Where packed row prow of an item (query length q_len, kv head kvh) sits in q and o, in rows of
-  // num_q_heads x head size past the item's first token's; -1 past the query.
+  // num_q_heads x head size past the item's first token's; -1 past the query, and below its first
+  // row (rows_from_end: token_of of a negative row is negative at G = 1, else past 2^31 / G; both
+  // compare past q_len unsigned).
   auto row_rel = [&](int prow, int q_len, int kvh) {
     const int t = token_of(prow);
-    return t < q_len ? t * p.num_q_heads + kvh * G + (prow - t * G) : -1;
+    return static_cast<unsigned>(t) < static_cast<unsigned>(q_len) ? t * p.num_q_heads + kvh * G + (prow - t * G) : -1;
   };
   for (int round = 0;; ++round) {
     const int w = item_id(round);
@@ -1382,7 +1389,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         if constexpr (kFp8Mma) sm *= kPUnscale;  // the sums of P x 2^kPLog2 (O carries the factor too: wgt)
         const int prow = warp_row0 + g + 8 * h;
         const int t = token_of(prow);
-        if (t >= q_len) continue;
+        if (static_cast<unsigned>(t) >= static_cast<unsigned>(q_len)) continue;  // (as row_rel)
         const int head = kvh * G + prow - t * G;
         const RowEnd end = end_row(row_max[h], sm, use_sink, use_sink ? p.sinks[head] * kLog2e : 0.f);
         const float wgt = end.weight * v_descale * kPUnscale;

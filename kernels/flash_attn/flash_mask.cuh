@@ -48,7 +48,7 @@ template <int kBlockM, int kBlockN, class ByGroup, class BySplits>
 __device__ __forceinline__ TileKeys tile_keys(const FlashAttnParams& p, int q_len, int seq_len, int row0,
                                               ByGroup by_group, BySplits by_splits, int split) {
   const int pos_base = seq_len - q_len;  // absolute position of query token 0
-  const int pos_first = pos_base + by_group(row0);
+  const int pos_first = pos_base + by_group(max(row0, 0));  // row0 < 0: rows_from_end's first tile
   const int pos_last = pos_base + min(q_len - 1, by_group(row0 + kBlockM - 1));
 
   TileKeys t;

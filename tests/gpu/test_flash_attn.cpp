@@ -457,6 +457,14 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
   Case l{make_spec(32, 32, 64)};
   l.requests = {{0, 1500}, {700, 600}};
   EXPECT_VALID(run_case(l));
+  // hd64 at G = 1 (a negative row's token is negative), each query tiled from its end
+  // (rows_from_end): 200 rows leave the first tile 8 of 192, 150 one partial tile of its own, and
+  // split partials of the 3000-key queries carry the shifted rows too.
+  Case split64{make_spec(4, 4, 64)};
+  split64.requests = {{3000, 200}, {2000, 150}, {500, 400}};
+  const Outcome r64 = run_case(split64);
+  EXPECT_VALID(r64);
+  EXPECT_EQ(r64.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r64.plan;
   Case split{make_spec(8, 1, 256)};
   split.requests = {{3000, 12}, {1777, 5}};
   const Outcome r = run_case(split);
@@ -945,6 +953,43 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
 // The mean key tiles per work item that picks head size 128's plain-scores kernel (sm90_plain_at):
 // 8 x 1k at 32/8 heads has tiles of 32 tokens whose items see 1..8 key tiles, four of each (4.5 ->
 // 5); 2 x 4k 1..32 (16.5 -> 17); 1 x 16k 1..128 (64.5 -> 65); two splits halve 8 x 1k's (2.25 -> 3).
+// sm_90a prefill passes tile each query from its end (FlashAttnParams::rows_from_end): a 4k query
+// at head size 64 (192-row tiles, 4096 = 21 x 192 + 64) has its 64-row tile first, on the first
+// 64 keys, and 21 whole ones after it; the mma.sync tiling and decode launches tile from the start.
+TEST(FlashAttnSelector, Sm90TilesFromEachQuerysEnd) {
+  using enum Sm90Passes;
+  const FlashAttnPass hd64 = make_flash_attn_pass({4096}, {4096}, true, 1, 64, 32, 132, 0, prefills);
+  ASSERT_TRUE(hd64.rows_from_end);
+  ASSERT_EQ(hd64.tiling.block_m, 192);
+  ASSERT_EQ(hd64.num_tiles(), 22);
+  std::vector<int64_t> keys(hd64.tile_keys);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys.front(), 64);    // m = 0: rows -128 .. 63, of which 0 .. 63 are the query's
+  EXPECT_EQ(keys[1], 64 + 192);   // m = 1: rows 64 .. 255
+  EXPECT_EQ(keys.back(), 4096);   // m = 21: rows 3904 .. 4095, whole
+  int64_t sum = 0;
+  for (const int64_t k : keys) sum += (k + 127) / 128;
+  EXPECT_EQ(sum, 1 + 362);  // key tiles; from the start: 352 + 32 (the last tile's 64 rows on all 32)
+  // With context the shift is the same rows (tokens 0 .. 63 on 1000 + 64 keys); at G = 4 a tile of
+  // 128 rows holds 32 tokens: 100 tokens = 400 rows = 3 x 128 + 16 rows (4 tokens) first.
+  const FlashAttnPass ctx = make_flash_attn_pass({4096}, {5096}, true, 1, 64, 32, 132, 0, prefills);
+  EXPECT_EQ(*std::min_element(ctx.tile_keys.begin(), ctx.tile_keys.end()), 1064);
+  const FlashAttnPass gqa = make_flash_attn_pass({100}, {100}, true, 4, 128, 8, 132, 0, prefills);
+  ASSERT_EQ(gqa.num_tiles(), 4);
+  EXPECT_EQ(*std::min_element(gqa.tile_keys.begin(), gqa.tile_keys.end()), 4);
+  // Whole tiles are the same either way (1024 tokens x G 4 = 32 tiles of 32 tokens); the mma.sync
+  // tiling and decode launches tile from the start.
+  const FlashAttnPass whole = make_flash_attn_pass({1024}, {1024}, true, 4, 128, 8, 132, 0, prefills);
+  EXPECT_TRUE(whole.rows_from_end);
+  EXPECT_EQ(*std::min_element(whole.tile_keys.begin(), whole.tile_keys.end()), 32);
+  const FlashAttnPass mma = make_flash_attn_pass({4096}, {4096}, true, 1, 64, 32, 132, 0, none);
+  EXPECT_FALSE(mma.rows_from_end);
+  EXPECT_EQ(*std::max_element(mma.tile_keys.begin(), mma.tile_keys.end()), 4096);
+  const FlashAttnPass step = make_flash_attn_pass({300, 1}, {300, 900}, true, 4, 128, 8, 132, 0, mixed);
+  EXPECT_TRUE(step.tiling.sm90_tiles);
+  EXPECT_FALSE(step.rows_from_end);  // a decode launch (kDecodes): its idle consumers need row 0 first
+}
+
 TEST(FlashAttnSelector, MeanItemKeyTiles) {
   const std::vector<int32_t> q(8, 1024);
   FlashAttnPass p8x1k = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);

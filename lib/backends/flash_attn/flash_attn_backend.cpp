@@ -103,6 +103,7 @@ class FlashAttnInstance final : public BackendInstance {
       pre.work_order = nullptr;  // the main pass's list
       pre.work_rounds = pre.work_ctas = 0;
       pre.mean_item_key_tiles = prefix_item_tiles_;
+      pre.rows_from_end = schedule_.prefix.rows_from_end ? 1 : 0;
       launch_flash_attn_fwd(pre, config_, schedule_.prefix.tiling, stream_);
       p.kv_begin = schedule_.prefix_len;
       p.partial_offset = schedule_.prefix.num_splits;
@@ -223,6 +224,7 @@ class FlashAttnInstance final : public BackendInstance {
     p.work_rounds = schedule_.main.work_rounds;
     p.work_ctas = schedule_.main.work_ctas;
     p.mean_item_key_tiles = main_item_tiles_;
+    p.rows_from_end = schedule_.main.rows_from_end ? 1 : 0;
     p.kv_block_stride = view_.k.block;
     p.kv_token_stride = view_.k.slot;
     p.kv_head_stride = view_.k.head;

@@ -208,12 +208,17 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     int64_t keys;
   };
   std::vector<Tile> tiles;
+  // The sm_90a kernel's prefill launches (no decode-sized sequence) tile each query from its end:
+  // a 4k query at head size 64 (192-row tiles) then has its 64-row tile first, on 1 key tile,
+  // where its last tile, on 32, left two of three consumers without rows.
+  pass.rows_from_end = pass.tiling.sm90_tiles && !pass.tiling.small_seqs;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
     const int bm = rows <= pass.tiling.small_block_m ? pass.tiling.small_block_m : pass.tiling.block_m;
+    const int shift = pass.rows_from_end && rows > bm ? (bm - rows % bm) % bm : 0;
     for (int mb = 0; mb * bm < rows; ++mb) {
-      const int last_token = std::min(rows - 1, (mb + 1) * bm - 1) / gqa;
+      const int last_token = std::min(rows - 1, (mb + 1) * bm - 1 - shift) / gqa;
       const int64_t hi = causal ? seq_lens[s] - query_lens[s] + last_token + 1 : seq_lens[s];
       tiles.push_back({static_cast<int32_t>(s), mb, std::max<int64_t>(hi - kv_begin, 0)});
     }

@@ -24,6 +24,9 @@ struct FlashAttnPass {
   // Claimed from both ends (FlashAttnParams::claim_front_ctas): this many CTAs take the prefill
   // tiles' items from the front of the list, the others the decode tiles' from the back; 0 = one end.
   int claim_front_ctas = 0;
+  // sm_90a prefill launches: each query's rows tiled from its end (FlashAttnParams::rows_from_end),
+  // its partial tile first; tile_keys counts them so.
+  bool rows_from_end = false;
   std::vector<int64_t> tile_keys;  // [num_tiles] keys each tile attends (the schedules' cost model)
   // sm_90a prefill passes on fixed rounds (balance_fixed_rounds): CTA b of work_ctas takes the work
   // items work_order[b * work_rounds + r], r = 0, 1, ... (num_work past its last one); empty: the

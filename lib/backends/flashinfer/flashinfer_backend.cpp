@@ -96,6 +96,7 @@ struct Pass {
   std::vector<int32_t> work_order;
   int work_rounds = 0, work_ctas = 0;
   int mean_item_key_tiles = 0;  // FlashAttnParams::mean_item_key_tiles
+  bool rows_from_end = false;   // FlashAttnParams::rows_from_end (the tiles' make_flash_attn_pass)
   int l2_groups = 0;  // groups of (kv head, sequence) pairs the list is dealt in (FlashAttnPass::l2_groups)
   DeviceBuffer work_order_d;
   std::vector<float> descales;  // fp8 cache: [2][num_reqs * Hkv], k_scale then v_scale
@@ -349,6 +350,7 @@ class FlashInferInstance final : public BackendInstance {
     p.work_rounds = fp.work_rounds;
     p.work_ctas = fp.work_ctas;
     p.mean_item_key_tiles = mean_item_key_tiles(fp);
+    p.rows_from_end = fp.rows_from_end;
     p.l2_groups = fp.l2_groups;
     p.sm90 = true;
     p.cuda_core_decode = false;
@@ -498,6 +500,7 @@ class FlashInferInstance final : public BackendInstance {
     p.work_rounds = pass.work_rounds;
     p.work_ctas = pass.work_ctas;
     p.mean_item_key_tiles = pass.mean_item_key_tiles;
+    p.rows_from_end = pass.rows_from_end ? 1 : 0;
     p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
     p.lse = lse_.as<float>() + row0;
     p.lse_token_stride = H;
