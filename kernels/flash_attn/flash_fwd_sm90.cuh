@@ -7,6 +7,9 @@
 // tile (192 for head size 64 prefills): prefills, and with a 16-bit cache decodes and mixed batches
 // too (a decode is one tile of G x q_len rows; flash_attn_sm90_passes). Everything else (fp8
 // decodes, sm_80) stays on the mma.sync kernel of flash_fwd_kernel.cuh; the launcher decides.
+// Prefill launches of FLASH_ATTN's and FLASHINFER's planner tile each query from its end
+// (FlashAttnParams::rows_from_end): where its rows are not a multiple of the tile's, the partial tile
+// is its first (its rows below 0 are none), on the fewest keys, instead of its last, on the most.
 //
 // Head size 96 runs in the tiles of head size 128 (kDimPad): the 128-byte swizzle holds 64 dims per
 // column block, and P V's B operand (V, N-major) must span whole blocks, so the second block of Q,
