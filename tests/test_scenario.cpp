@@ -835,7 +835,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
       "fp8_query_prefill", "decode_peaked_scores", "fp8_decode", "prefill_block48", "prefill_hd96_phi3",
       "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3",
-      "prefill_peaked_scores"};
+      "prefill_peaked_scores", "prefill_mha_split_ragged"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
