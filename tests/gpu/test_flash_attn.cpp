@@ -987,7 +987,7 @@ TEST(FlashAttnSelector, Sm90TilesFromEachQuerysEnd) {
   EXPECT_EQ(*std::max_element(mma.tile_keys.begin(), mma.tile_keys.end()), 4096);
   const FlashAttnPass step = make_flash_attn_pass({300, 1}, {300, 900}, true, 4, 128, 8, 132, 0, mixed);
   EXPECT_TRUE(step.tiling.sm90_tiles);
-  EXPECT_FALSE(step.rows_from_end);  // a decode launch (kDecodes): its idle consumers need row 0 first
+  EXPECT_FALSE(step.rows_from_end);  // a decode launch (kDecodes): not measured there, tiled from the start
 }
 
 TEST(FlashAttnSelector, MeanItemKeyTiles) {

@@ -210,7 +210,9 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   std::vector<Tile> tiles;
   // The sm_90a kernel's prefill launches (no decode-sized sequence) tile each query from its end:
   // a 4k query at head size 64 (192-row tiles) then has its 64-row tile first, on 1 key tile,
-  // where its last tile, on 32, left two of three consumers without rows.
+  // where its last tile, on 32, left two of three consumers without rows (hd64 2 x 4k 1.027 x,
+  // docs/PERF_NOTES.md Version 60). Decode launches (mixed passes) keep them from the start: their
+  // prefill tiles were not measured so.
   pass.rows_from_end = pass.tiling.sm90_tiles && !pass.tiling.small_seqs;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
