@@ -100,7 +100,8 @@ struct FlashAttnParams {
   // that tile m holds rows m x block_m - shift .. (shift = block_m - rows % block_m where rows is
   // not a multiple of block_m and spans more than one tile; rows below 0 are none). The partial
   // tile is then the query's first, whose causal keys are fewest, instead of its last, whose
-  // consumers without rows multiplied every key tile. Set by make_flash_attn_pass's passes.
+  // consumers without rows multiplied every key tile. The backends copy FlashAttnPass::rows_from_end
+  // (make_flash_attn_pass), whose tile key counts assume it.
   int rows_from_end = 0;
 };
 
