@@ -950,9 +950,6 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_EQ(hd64_mixed.num_tiles(), 4 + 1);
 }
 
-// The mean key tiles per work item that picks head size 128's plain-scores kernel (sm90_plain_at):
-// 8 x 1k at 32/8 heads has tiles of 32 tokens whose items see 1..8 key tiles, four of each (4.5 ->
-// 5); 2 x 4k 1..32 (16.5 -> 17); 1 x 16k 1..128 (64.5 -> 65); two splits halve 8 x 1k's (2.25 -> 3).
 // sm_90a prefill passes tile each query from its end (FlashAttnParams::rows_from_end): a 4k query
 // at head size 64 (192-row tiles, 4096 = 21 x 192 + 64) has its 64-row tile first, on the first
 // 64 keys, and 21 whole ones after it; the mma.sync tiling and decode launches tile from the start.
@@ -990,6 +987,9 @@ TEST(FlashAttnSelector, Sm90TilesFromEachQuerysEnd) {
   EXPECT_FALSE(step.rows_from_end);  // a decode launch (kDecodes): not measured there, tiled from the start
 }
 
+// The mean key tiles per work item that picks head size 128's plain-scores kernel (sm90_plain_at):
+// 8 x 1k at 32/8 heads has tiles of 32 tokens whose items see 1..8 key tiles, four of each (4.5 ->
+// 5); 2 x 4k 1..32 (16.5 -> 17); 1 x 16k 1..128 (64.5 -> 65); two splits halve 8 x 1k's (2.25 -> 3).
 TEST(FlashAttnSelector, MeanItemKeyTiles) {
   const std::vector<int32_t> q(8, 1024);
   FlashAttnPass p8x1k = make_flash_attn_pass(q, q, true, 4, 128, 8, 132, 0, Sm90Passes::prefills);
