@@ -50,6 +50,13 @@ FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 // pipe idle 63 % of the time, ncu, docs/PERF_NOTES.md Version 24), two otherwise (128).
 constexpr int sm90_block_m(int head_size, bool small_seqs) { return head_size == 64 && !small_seqs ? 192 : 128; }
 
+// Where a query of `rows` packed rows is tiled from its end (FlashAttnParams::rows_from_end): tile
+// m starts at row m x block_m minus this, so that the partial tile is its first. The planner's key
+// counts and the sm_90a kernel's rows both take it from here.
+constexpr int sm90_rows_from_end_shift(int rows, int block_m) {
+  return rows > block_m ? (block_m - rows % block_m) % block_m : 0;
+}
+
 // Mean key tiles per work item (FlashAttnParams::mean_item_key_tiles) up to which a head size 128
 // prefill takes the sm_90a kernel without the soft-cap and ALiBi score path (sm90_plain_at in
 // flash_fwd_sm90.cuh). The two kernels differ only in the consumers' code: the plain one ran short

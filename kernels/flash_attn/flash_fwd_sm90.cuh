@@ -416,10 +416,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     it.q_start = p.query_start_loc[it.seq];
     it.q_len = p.query_start_loc[it.seq + 1] - it.q_start;
     it.row0 = p.tiles[2 * tile + 1] * kBlockM;
+    // The query's rows tiled from its end (FlashAttnParams::rows_from_end): rows below 0 are none.
+    // (A query of one tile skips the modulo; the shift is 0 there.)
     if (!kDecodes && p.rows_from_end) {
-      // The query's rows tiled from its end (FlashAttnParams::rows_from_end): rows below 0 are none.
       const int rows = it.q_len * G;
-      if (rows > kBlockM) it.row0 -= (kBlockM - rows % kBlockM) % kBlockM;
+      if (rows > kBlockM) it.row0 -= sm90_rows_from_end_shift(rows, kBlockM);
     }
     it.seq_len = p.seq_lens[it.seq];
     it.row = p.block_table_indptr ? p.block_table_indptr[it.seq] : it.seq * p.block_table_stride;

@@ -218,7 +218,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     const int rows = query_lens[s] * gqa;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
     const int bm = rows <= pass.tiling.small_block_m ? pass.tiling.small_block_m : pass.tiling.block_m;
-    const int shift = pass.rows_from_end && rows > bm ? (bm - rows % bm) % bm : 0;
+    const int shift = pass.rows_from_end ? sm90_rows_from_end_shift(rows, bm) : 0;
     for (int mb = 0; mb * bm < rows; ++mb) {
       const int last_token = std::min(rows - 1, (mb + 1) * bm - 1 - shift) / gqa;
       const int64_t hi = causal ? seq_lens[s] - query_lens[s] + last_token + 1 : seq_lens[s];
