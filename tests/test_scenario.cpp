@@ -835,7 +835,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
       "fp8_query_prefill", "decode_peaked_scores", "fp8_decode", "prefill_block48", "prefill_hd96_phi3",
       "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3",
-      "prefill_peaked_scores", "prefill_mha_split_ragged"};
+      "prefill_peaked_scores", "prefill_mha_split_ragged", "spec_decode_eagle"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -926,6 +926,21 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
                           [](const RequestShape& r) { return r.context_len == 0; }));
   EXPECT_TRUE(std::any_of(fdb.requests.begin(), fdb.requests.end(),
                           [&](const RequestShape& r) { return r.seq_len() % fd.spec.block_size != 0; }));
+
+  // Speculative decodes: every request 3 to 8 tokens, G x q_len past the mma.sync decode tile's 16
+  // rows and within one sm_90a tile (FLASH_ATTN's decode launch of one-tile sequences), a request
+  // with no context, sequences ending inside a page, and few enough (request, kv head) pairs that
+  // a 132-SM GPU splits their keys.
+  const Scenario sd = load("spec_decode_eagle");
+  const BatchShape sdb = shape(sd);
+  const int sg = sd.spec.num_q_heads / sd.spec.num_kv_heads;
+  EXPECT_TRUE(std::all_of(sdb.requests.begin(), sdb.requests.end(), [&](const RequestShape& r) {
+    return r.query_len >= 3 && r.query_len <= 8 && r.query_len * sg > 16 && r.query_len * sg <= 128;
+  }));
+  EXPECT_TRUE(std::any_of(sdb.requests.begin(), sdb.requests.end(), [](const RequestShape& r) { return r.context_len == 0; }));
+  EXPECT_TRUE(std::any_of(sdb.requests.begin(), sdb.requests.end(),
+                          [&](const RequestShape& r) { return r.seq_len() % sd.spec.block_size != 0; }));
+  EXPECT_LT(static_cast<int>(sdb.requests.size()) * sd.spec.num_kv_heads, 132);
 
   // Head size 256 without a soft cap or ALiBi (the sm_90a kernel's plain-scores instantiation, which
   // prefill_hd256_gemma2's soft cap never reaches): prefills only, one with cached context, and

@@ -499,6 +499,41 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
 }
 #endif
 
+// Speculative decodes (3 to 16 tokens per request at GQA 4 and 8: 20 to 128 packed rows) on the
+// sm_90a kernel's decode launch: ragged contexts with pages ending mid-block (NaN-poisoned tails),
+// a request with no context, KV splits (few requests), then soft cap + sinks + a window, at every
+// 16-bit head size with a decode launch.
+TEST(FlashAttnSm90, SpeculativeDecodes) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const bool decode_launch = sm90_expected() && std::getenv("ATTN_FA_SM90_DECODE") == nullptr &&
+                             std::getenv("ATTN_FA_SM90_ONE_TILE_DECODES") == nullptr;
+#if !defined(ATTN_QUICK_BUILD)
+  const std::vector<int> sizes = {64, 96, 128, 256};
+#else
+  const std::vector<int> sizes = {128};
+#endif
+  for (const int d : sizes) {
+    for (const int g : {4, 8}) {
+      Case c{make_spec(2 * g, 2, d, d == 96 ? DType::f16 : DType::bf16)};
+      c.requests = {{1500, 16 / g * 4}, {0, 5}, {333, 8}, {2047, 3 + g / 2}, {70, 128 / g}};
+      const Outcome r = run_case(c);
+      EXPECT_VALID(r) << " (head size " << d << ", G " << g << ")";
+      if (decode_launch) {
+        EXPECT_NE(r.plan.find("launch=decodes"), std::string::npos) << r.plan;
+        EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
+      }
+    }
+    Case s{make_spec(16, 2, d)};
+    s.spec.logits_soft_cap = 5.0f;
+    s.spec.sinks = true;
+    s.spec.sliding_window = 90;
+    s.requests = {{200, 4}, {0, 7}, {900, 16}};
+    const Outcome rs = run_case(s);
+    EXPECT_VALID(rs) << " (head size " << d << ")";
+    if (decode_launch) EXPECT_NE(rs.plan.find("launch=decodes"), std::string::npos) << rs.plan;
+  }
+}
+
 // Block sizes that are not a divisor of the key tile: the producer copies boxes of gcd(block
 // size, tile keys) slots, none crossing a page (48 under 128-key tiles: 16; 32 and 48 under
 // hd256's 80-key prefill tiles: 16; 96 and 160 under 128: 32), and pages larger than a tile (256):
@@ -948,6 +983,47 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_TRUE(hd64_mixed.tiling.sm90_tiles);
   EXPECT_EQ(hd64_mixed.tiling.block_m, 128);
   EXPECT_EQ(hd64_mixed.num_tiles(), 4 + 1);
+}
+
+// A pass whose every sequence is one 128-row tile of the sm_90a kernel, some past the mma.sync
+// decode tile's 16 rows (speculative decodes: 8 tokens at GQA 4 are 32 rows, 16 at GQA 8 are 128),
+// is a decode launch (small_seqs: a consumer whose 64 rows are all past the query computes nothing,
+// rows from each query's start); one longer sequence, head size 192 (no decode launch) or a
+// prefills-only mode (fp8 caches, FLASHINFER) keep the prefill launch.
+TEST(FlashAttnSelector, Sm90OneTileDecodesAreDecodeLaunches) {
+  using enum Sm90Passes;
+  for (const int d : {64, 96, 128, 256}) {
+    for (const auto& [q, g] : {std::pair{5, 4}, {8, 4}, {32, 4}, {4, 8}, {8, 8}, {16, 8}}) {
+      for (const Sm90Passes mode : {mixed, all}) {
+        const FlashAttnPass p = make_flash_attn_pass({q, q, q}, {4096, q + 100, q}, true, g, d, 8, 132, 0, mode);
+        if (q * g <= flash_attn_tiling(d, 1).small_block_m && mode == mixed) {  // 32 rows at head size 256
+          EXPECT_TRUE(p.tiling.decode) << d << " " << q << "x" << g;
+          continue;
+        }
+        EXPECT_TRUE(p.tiling.sm90_tiles) << d << " " << q << "x" << g;
+        EXPECT_TRUE(p.tiling.small_seqs) << d << " " << q << "x" << g;
+        EXPECT_EQ(p.tiling.block_m, 128) << d;  // two consumers at head size 64 too
+        EXPECT_FALSE(p.rows_from_end) << d;
+        EXPECT_EQ(p.num_tiles(), 3) << d;
+        EXPECT_GT(p.num_splits, 1) << d;  // 24 items for 132 SMs
+      }
+    }
+  }
+  // 33 tokens at GQA 4 (132 rows: two tiles), or one 8-token decode beside a 512-token prefill: the
+  // prefill launch, tiled from each query's end.
+  for (const auto& [q, k] : {std::pair{std::vector<int32_t>{33, 8}, std::vector<int32_t>{4096, 108}},
+                             {std::vector<int32_t>{8, 512}, std::vector<int32_t>{2048, 1536}}}) {
+    const FlashAttnPass p = make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, mixed);
+    EXPECT_TRUE(p.tiling.sm90_tiles);
+    EXPECT_FALSE(p.tiling.small_seqs);
+    EXPECT_TRUE(p.rows_from_end);
+  }
+  EXPECT_FALSE(make_flash_attn_pass({16, 16}, {4096, 116}, true, 4, 192, 8, 132, 0, mixed).tiling.small_seqs);
+  EXPECT_FALSE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, 128, 8, 132, 0, prefills).tiling.small_seqs);
+  EXPECT_TRUE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, 128, 8, 132, 0, prefills).tiling.sm90_tiles);
+  EXPECT_FALSE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, 128, 8, 132, 0, none).tiling.sm90_tiles);
+  // Sequences of at most 16 rows keep the mma.sync decode tiling (mixed), as before.
+  EXPECT_TRUE(make_flash_attn_pass({4, 2}, {4096, 108}, true, 4, 128, 8, 132, 0, mixed).tiling.decode);
 }
 
 // sm_90a prefill passes tile each query from its end (FlashAttnParams::rows_from_end): a 4k query

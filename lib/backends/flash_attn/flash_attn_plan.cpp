@@ -43,6 +43,17 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
     // One tile size for every sequence: a decode-sized one is a single 128-row tile.
     t.decode = false;
     t.sm90_tiles = true;
+    // A pass whose every sequence is one 128-row tile (speculative decodes: G x q_len rows past the
+    // mma.sync decode tile's 16) is a decode launch too: its items stream their pages once, and the
+    // decode launch's consumers hold one stage each (no overlap of two tiles), so more stay in flight
+    // (H200, 16 requests at 4k: 32 rows 1.05-1.06 x, 64 rows 1.08 x, 128 rows 1.14 x;
+    // docs/PERF_NOTES.md Version 61). Passes with longer sequences keep the prefill launch (48
+    // 8-token decodes beside 2 x 512 new tokens: 0.966 x as a decode launch). Head size 192 has no
+    // decode launch.
+    static const bool one_tile_decodes = ab_switch_on("ATTN_FA_SM90_ONE_TILE_DECODES");
+    if (one_tile_decodes && (sm90 == Sm90Passes::all || sm90 == Sm90Passes::mixed) && head_size != 192 &&
+        max_rows <= sm90_block_m(head_size, true))
+      t.small_seqs = true;
     t.block_m = t.small_block_m = sm90_block_m(head_size, t.small_seqs);
   }
   return t;
@@ -511,6 +522,8 @@ std::string FlashAttnSchedule::summary() const {
   const char* tiling = main.tiling.decode ? "decode" : main.tiling.sm90_tiles ? "sm90" : "prefill";
   std::string out = "tiles=" + std::to_string(main.num_tiles()) + " tiling=" + tiling +
                     " splits=" + std::to_string(main.num_splits);
+  // The sm_90a kernel's decode launch (kDecodes): mixed passes, and passes of one-tile sequences.
+  if (main.tiling.sm90_tiles && main.tiling.small_seqs) out += " launch=decodes";
   if (main.cluster_merge) out += " merge=cluster";
   if (main.dynamic_items) out += " items=dynamic";
   if (main.claim_front_ctas > 0) out += " front_ctas=" + std::to_string(main.claim_front_ctas);
