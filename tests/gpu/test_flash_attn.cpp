@@ -1009,6 +1009,14 @@ TEST(FlashAttnSelector, Sm90OneTileDecodesAreDecodeLaunches) {
       }
     }
   }
+  // Past 64 rows only where each SM gets at most one item (with more, both consumers compute and
+  // the prefill launch's overlap wins): 20 requests x 8 kv heads = 160 items of 128 rows take the
+  // prefill launch, of 64 rows the decode launch.
+  const std::vector<int32_t> k20(20, 4096);
+  EXPECT_FALSE(make_flash_attn_pass(std::vector<int32_t>(20, 32), k20, true, 4, 128, 8, 132, 0, mixed).tiling.small_seqs);
+  EXPECT_TRUE(make_flash_attn_pass(std::vector<int32_t>(16, 32), std::vector<int32_t>(16, 4096), true, 4, 128, 8, 132, 0, mixed)
+                  .tiling.small_seqs);
+  EXPECT_TRUE(make_flash_attn_pass(std::vector<int32_t>(20, 16), k20, true, 4, 128, 8, 132, 0, mixed).tiling.small_seqs);
   // 33 tokens at GQA 4 (132 rows: two tiles), or one 8-token decode beside a 512-token prefill: the
   // prefill launch, tiled from each query's end.
   for (const auto& [q, k] : {std::pair{std::vector<int32_t>{33, 8}, std::vector<int32_t>{4096, 108}},

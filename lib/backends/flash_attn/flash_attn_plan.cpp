@@ -31,7 +31,8 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
   return best;
 }
 
-FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90) {
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
+                                       int num_kv_heads, int num_sms) {
   int max_rows = 0;
   for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
   FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
@@ -43,16 +44,20 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
     // One tile size for every sequence: a decode-sized one is a single 128-row tile.
     t.decode = false;
     t.sm90_tiles = true;
-    // A pass whose every sequence is one 128-row tile (speculative decodes: G x q_len rows past the
-    // mma.sync decode tile's 16) is a decode launch too: its items stream their pages once, and the
-    // decode launch's consumers hold one stage each (no overlap of two tiles), so more stay in flight
-    // (H200, 16 requests at 4k: 32 rows 1.05-1.06 x, 64 rows 1.08 x, 128 rows 1.14 x;
-    // docs/PERF_NOTES.md Version 61). Passes with longer sequences keep the prefill launch (48
-    // 8-token decodes beside 2 x 512 new tokens: 0.966 x as a decode launch). Head size 192 has no
-    // decode launch.
+    // A pass whose every sequence fits one consumer's 64 rows (speculative decodes: G x q_len rows
+    // past the mma.sync decode tile's 16) is a decode launch too: its items stream their pages once,
+    // and the decode launch's consumers hold one stage each (no overlap of two tiles), so more stay
+    // in flight (H200: 16 requests at 4k, 32 rows 1.05-1.07 x, 64 rows 1.10 x; 64 x 16 tokens at 1k,
+    // 64 rows, 1.06 x). Sequences of up to a whole 128-row tile too where each CTA gets one item
+    // (16 x 32 tokens at 4k, 32/8 heads: 1.15 x); with more items per CTA both consumers compute
+    // and the prefill launch's overlap wins there (64 x 32 tokens at 1k / 4k: 0.948 / 0.982 x as a
+    // decode launch; docs/PERF_NOTES.md Version 61). Passes with longer sequences keep the prefill
+    // launch (48 8-token decodes beside 2 x 512 new tokens: 0.966 x as a decode launch). Head size 192
+    // has no decode launch.
     static const bool one_tile_decodes = ab_switch_on("ATTN_FA_SM90_ONE_TILE_DECODES");
+    const int64_t items = static_cast<int64_t>(query_lens.size()) * num_kv_heads;
     if (one_tile_decodes && (sm90 == Sm90Passes::all || sm90 == Sm90Passes::mixed) && head_size != 192 &&
-        max_rows <= sm90_block_m(head_size, true))
+        (max_rows <= 64 || (max_rows <= sm90_block_m(head_size, true) && items > 0 && items <= num_sms)))
       t.small_seqs = true;
     t.block_m = t.small_block_m = sm90_block_m(head_size, t.small_seqs);
   }
@@ -204,7 +209,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   pass.kv_begin = kv_begin;
   int max_keys = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
-  pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90);
+  pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90, num_kv_heads, num_sms);
   const int decode_rows = flash_attn_tiling(head_size, 1).small_block_m;
   const bool all_decodes =
       std::all_of(query_lens.begin(), query_lens.end(), [&](int32_t q) { return q * gqa <= decode_rows; });

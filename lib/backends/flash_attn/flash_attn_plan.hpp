@@ -117,7 +117,9 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 // gives it the pass (all passes; mixed and some sequence is longer than a decode tile; prefills
 // and no sequence fits a decode tile), else
 // flash_attn_tiling of the longest.
-FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90);
+// num_kv_heads and num_sms (0: unknown) tell the one-tile rule how many items the pass has per SM.
+FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
+                                       int num_kv_heads = 0, int num_sms = 0);
 
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended. The tiling is flash_attn_pass_tiling's (head size 256 needs the
