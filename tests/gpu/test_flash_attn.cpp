@@ -988,8 +988,9 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
 // A pass whose every sequence is one 128-row tile of the sm_90a kernel, some past the mma.sync
 // decode tile's 16 rows (speculative decodes: 8 tokens at GQA 4 are 32 rows, 16 at GQA 8 are 128),
 // is a decode launch (small_seqs: a consumer whose 64 rows are all past the query computes nothing,
-// rows from each query's start); one longer sequence, head size 192 (no decode launch) or a
-// prefills-only mode (fp8 caches, FLASHINFER) keep the prefill launch.
+// rows from each query's start), past 64 rows only at one item per SM at most; one longer sequence,
+// head size 192 (no decode launch) or a prefills-only mode (fp8 caches, FLASHINFER) keep the
+// prefill launch.
 TEST(FlashAttnSelector, Sm90OneTileDecodesAreDecodeLaunches) {
   using enum Sm90Passes;
   for (const int d : {64, 96, 128, 256}) {

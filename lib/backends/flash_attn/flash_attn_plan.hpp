@@ -117,7 +117,9 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 // gives it the pass (all passes; mixed and some sequence is longer than a decode tile; prefills
 // and no sequence fits a decode tile), else
 // flash_attn_tiling of the longest.
-// num_kv_heads and num_sms (0: unknown) tell the one-tile rule how many items the pass has per SM.
+// On the sm_90a kernel, a pass of speculative decodes (every sequence within a consumer's 64 rows,
+// or within one 128-row tile at one item per SM at most) is a decode launch (small_seqs); num_kv_heads
+// and num_sms (0: unknown) give that rule the pass's items per SM.
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
                                        int num_kv_heads = 0, int num_sms = 0);
 
