@@ -835,7 +835,7 @@ TEST(ScenarioShipped, EveryFileParsesAndStaysCiSized) {
       "flashinfer_hnd_decode", "gqa8_tensor_core_decode", "cascade_32k_prefix", "prefill_ragged_pages",
       "fp8_query_prefill", "decode_peaked_scores", "fp8_decode", "prefill_block48", "prefill_hd96_phi3",
       "mixed_uneven_rounds", "prefill_short_rounds", "prefill_hd256_gemma2", "prefill_hd256_gemma3",
-      "prefill_peaked_scores", "prefill_mha_split_ragged", "spec_decode_eagle"};
+      "prefill_peaked_scores", "prefill_mha_split_ragged", "spec_decode_eagle", "spec_decode_gqa4"};
   std::set<std::string> found;
   for (const fs::directory_entry& e : fs::directory_iterator(kScenarioDir)) {
     if (e.path().extension() != ".toml") continue;
@@ -941,6 +941,21 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   EXPECT_TRUE(std::any_of(sdb.requests.begin(), sdb.requests.end(),
                           [&](const RequestShape& r) { return r.seq_len() % sd.spec.block_size != 0; }));
   EXPECT_LT(static_cast<int>(sdb.requests.size()) * sd.spec.num_kv_heads, 132);
+
+  // Speculative decodes within FLASH_ATTN's 32-row spec tile (17 to 32 packed rows at head size
+  // 128), with the same page tails, an empty context and few enough pairs to split.
+  const Scenario s4 = load("spec_decode_gqa4");
+  const BatchShape s4b = shape(s4);
+  const int g4 = s4.spec.num_q_heads / s4.spec.num_kv_heads;
+  EXPECT_EQ(s4.spec.head_size_qk, 128);
+  EXPECT_TRUE(std::all_of(s4b.requests.begin(), s4b.requests.end(), [&](const RequestShape& r) {
+    return r.query_len * g4 > 16 && r.query_len * g4 <= 32;
+  }));
+  EXPECT_TRUE(std::any_of(s4b.requests.begin(), s4b.requests.end(), [&](const RequestShape& r) { return r.query_len * g4 == 32; }));
+  EXPECT_TRUE(std::any_of(s4b.requests.begin(), s4b.requests.end(), [](const RequestShape& r) { return r.context_len == 0; }));
+  EXPECT_TRUE(std::any_of(s4b.requests.begin(), s4b.requests.end(),
+                          [&](const RequestShape& r) { return r.seq_len() % s4.spec.block_size != 0; }));
+  EXPECT_LT(static_cast<int>(s4b.requests.size()) * s4.spec.num_kv_heads, 132);
 
   // Head size 256 without a soft cap or ALiBi (the sm_90a kernel's plain-scores instantiation, which
   // prefill_hd256_gemma2's soft cap never reaches): prefills only, one with cached context, and

@@ -26,7 +26,10 @@ bool head_size_compiled(int d) {
 }
 
 template <int D, class Element>
-void dispatch_kv(const FlashAttnParams& p, bool fp8, bool decode, cudaStream_t s) {
+void dispatch_kv(const FlashAttnParams& p, bool fp8, bool decode, bool spec, cudaStream_t s) {
+  if constexpr (D == 64 || D == 128) {
+    if (spec) return fa::run_flash_fwd<D, Element, false, true, true>(p, s);
+  }
   if (fp8) {
     decode ? fa::run_flash_fwd<D, Element, true, true>(p, s) : fa::run_flash_fwd<D, Element, true, false>(p, s);
   } else {
@@ -35,23 +38,27 @@ void dispatch_kv(const FlashAttnParams& p, bool fp8, bool decode, cudaStream_t s
 }
 
 template <int D>
-void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode, cudaStream_t s) {
+void dispatch_dtype(const FlashAttnParams& p, DType dtype, bool fp8, bool decode, bool spec, cudaStream_t s) {
   if (dtype == DType::f16) {
-    dispatch_kv<D, __half>(p, fp8, decode, s);
+    dispatch_kv<D, __half>(p, fp8, decode, spec, s);
   } else {
-    dispatch_kv<D, __nv_bfloat16>(p, fp8, decode, s);
+    dispatch_kv<D, __nv_bfloat16>(p, fp8, decode, spec, s);
   }
 }
 
 template <int D, class Element>
-int ctas_per_sm_kv(bool fp8, bool decode) {
+int ctas_per_sm_kv(bool fp8, bool decode, bool spec) {
+  if constexpr (D == 64 || D == 128) {
+    if (spec) return fa::flash_fwd_ctas_per_sm<D, Element, false, true, true>();
+  }
   if (fp8) return decode ? fa::flash_fwd_ctas_per_sm<D, Element, true, true>() : fa::flash_fwd_ctas_per_sm<D, Element, true, false>();
   return decode ? fa::flash_fwd_ctas_per_sm<D, Element, false, true>() : fa::flash_fwd_ctas_per_sm<D, Element, false, false>();
 }
 
 template <int D>
-int ctas_per_sm_dtype(DType dtype, bool fp8, bool decode) {
-  return dtype == DType::f16 ? ctas_per_sm_kv<D, __half>(fp8, decode) : ctas_per_sm_kv<D, __nv_bfloat16>(fp8, decode);
+int ctas_per_sm_dtype(DType dtype, bool fp8, bool decode, bool spec) {
+  return dtype == DType::f16 ? ctas_per_sm_kv<D, __half>(fp8, decode, spec)
+                             : ctas_per_sm_kv<D, __nv_bfloat16>(fp8, decode, spec);
 }
 
 // FwdTraits::kMaxClusterSplits of the decode tiling (its sizes do not depend on the 16-bit dtype).
@@ -145,6 +152,13 @@ Sm90Passes flash_attn_sm90_passes(const FlashAttnConfig& c) {
   return is_fp8(c.kv_dtype) ? Sm90Passes::prefills : with_decodes;
 }
 
+bool flash_attn_spec_tiles(const FlashAttnConfig& c) {
+  static const bool enabled = ab_switch_on("ATTN_FA_SPEC_TILES");
+  const int d = c.head_size_qk;
+  return enabled && flash_attn_unsupported_reason(c).empty() && c.kv_dtype == c.dtype && !c.use_mla &&
+         c.head_size_v == d && (d == 64 || d == 128);
+}
+
 bool flash_attn_uses_sm90(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   // The planner's sm_90a tiles (flash_attn_pass_tiling), of the rows this kernel's instantiation
   // for the launch takes.
@@ -166,12 +180,12 @@ int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   const bool fp8 = is_fp8(c.kv_dtype);
   switch (c.head_size_qk) {
 #if !defined(ATTN_QUICK_BUILD)
-    case 64: return ctas_per_sm_dtype<64>(c.dtype, fp8, t.decode);
-    case 96: return ctas_per_sm_dtype<96>(c.dtype, fp8, t.decode);
-    case 256: return ctas_per_sm_dtype<256>(c.dtype, fp8, t.decode);
+    case 64: return ctas_per_sm_dtype<64>(c.dtype, fp8, t.decode, t.spec);
+    case 96: return ctas_per_sm_dtype<96>(c.dtype, fp8, t.decode, t.spec);
+    case 256: return ctas_per_sm_dtype<256>(c.dtype, fp8, t.decode, t.spec);
 #endif
-    case 128: return ctas_per_sm_dtype<128>(c.dtype, fp8, t.decode);
-    case 192: return ctas_per_sm_dtype<192>(c.dtype, fp8, t.decode);
+    case 128: return ctas_per_sm_dtype<128>(c.dtype, fp8, t.decode, t.spec);
+    case 192: return ctas_per_sm_dtype<192>(c.dtype, fp8, t.decode, t.spec);
     default: return 0;
   }
 }
@@ -180,7 +194,7 @@ bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t
   static const bool enabled = ab_switch_on("ATTN_FA_CLUSTER_MERGE");
   // Two splits only: with four (decode 8 x 16k, 64 tiles) the clustered launch ran 244 us against
   // 189 with partials and the merge kernel (docs/PERF_NOTES.md Version 30); with two it gains.
-  if (!enabled || !t.decode || num_splits != 2 || !flash_attn_unsupported_reason(c).empty() ||
+  if (!enabled || !t.decode || t.spec || num_splits != 2 || !flash_attn_unsupported_reason(c).empty() ||
       flash_attn_uses_sm90(c, t) || !kern::pdl_supported() ||  // clusters: compute capability 9.0 on, as PDL
       !sm90_compiled_for(c.head_size_qk))  // split 1's hand-off waits on an mbarrier: the sm_90a device pass
     return false;
@@ -207,6 +221,8 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
                        " splits cannot merge in a cluster (flash_attn_cluster_merge)");
   const bool fp8 = is_fp8(c.kv_dtype);
   const bool sm90 = flash_attn_uses_sm90(c, t);
+  if (t.spec && !(t.decode && flash_attn_spec_tiles(c)))
+    throw RuntimeError("launch_flash_attn_fwd: spec tiles asked for a layer they do not serve (flash_attn_spec_tiles)");
   if (!sm90 && c.head_size_qk != c.head_size_v)
     throw RuntimeError("launch_flash_attn_fwd: head_size_qk != head_size_v needs the sm_90a kernel's tiles (not selected)");
   if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))
@@ -231,12 +247,12 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
   }
   switch (c.head_size_qk) {
 #if !defined(ATTN_QUICK_BUILD)
-    case 64: dispatch_dtype<64>(p, c.dtype, fp8, t.decode, stream); break;
-    case 96: dispatch_dtype<96>(p, c.dtype, fp8, t.decode, stream); break;
-    case 256: dispatch_dtype<256>(p, c.dtype, fp8, t.decode, stream); break;
+    case 64: dispatch_dtype<64>(p, c.dtype, fp8, t.decode, t.spec, stream); break;
+    case 96: dispatch_dtype<96>(p, c.dtype, fp8, t.decode, t.spec, stream); break;
+    case 256: dispatch_dtype<256>(p, c.dtype, fp8, t.decode, t.spec, stream); break;
 #endif
-    case 128: dispatch_dtype<128>(p, c.dtype, fp8, t.decode, stream); break;
-    case 192: dispatch_dtype<192>(p, c.dtype, fp8, t.decode, stream); break;
+    case 128: dispatch_dtype<128>(p, c.dtype, fp8, t.decode, t.spec, stream); break;
+    case 192: dispatch_dtype<192>(p, c.dtype, fp8, t.decode, t.spec, stream); break;
     default: throw RuntimeError("launch_flash_attn_fwd: head size not compiled");
   }
   const cudaError_t err = cudaGetLastError();

@@ -40,7 +40,12 @@ struct FlashAttnTiling {
   // Sm90Passes). Only such launches may run the sm_90a kernel.
   bool sm90_tiles = false;
   bool small_seqs = false;  // some sequence fits a decode tile (query_len x G <= small_block_m)
+  // The decode tiling's spec tiles (FwdTraits::kSpec, flash_attn_spec_tiles): every sequence one
+  // tile of 32 packed rows (speculative decodes), two warps per 16 rows.
+  bool spec = false;
 };
+// Packed rows of a spec tile.
+constexpr int kSpecTileRows = 32;
 // max_packed_rows: the largest query_len * G of any sequence in the launch.
 FlashAttnTiling flash_attn_tiling(int head_size, int max_packed_rows);
 
@@ -109,6 +114,14 @@ int flash_attn_ctas_per_sm(const FlashAttnConfig& c, const FlashAttnTiling& t);
 // fp32 partials and no merge_attn_states after it.
 // ATTN_FA_CLUSTER_MERGE=0 keeps the partials and the merge (A/B timing in one binary).
 bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t, int num_splits);
+
+// Whether the mma.sync decode tiling's spec tiles (FwdTraits::kSpec) serve layer `c`: a cache of
+// the model dtype at head size 64 or 128, in this build. The planner then gives a pass whose
+// every sequence has 17-32 packed rows (G x q_len: speculative decodes, EAGLE verify steps) one
+// such tile per sequence (flash_attn_pass_tiling). ATTN_FA_SPEC_TILES=0 turns them off (A/B timing
+// in one binary: those passes then take the sm_90a kernel's decode launch, or the mma.sync prefill
+// tiling without it).
+bool flash_attn_spec_tiles(const FlashAttnConfig& c);
 
 // Forward pass over p.num_tiles tiles with the tiling `t` (from flash_attn_tiling). Throws
 // RuntimeError when `c` is unsupported or the launch fails. Allocates nothing, never syncs.

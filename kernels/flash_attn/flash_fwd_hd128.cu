@@ -3,4 +3,5 @@
 
 namespace attn::fa {
 ATTN_FA_INSTANTIATE_HEAD_SIZE(128)
+ATTN_FA_INSTANTIATE_SPEC(128)
 }  // namespace attn::fa

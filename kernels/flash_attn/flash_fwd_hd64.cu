@@ -3,4 +3,5 @@
 
 namespace attn::fa {
 ATTN_FA_INSTANTIATE_HEAD_SIZE(64)
+ATTN_FA_INSTANTIATE_SPEC(64)
 }  // namespace attn::fa

@@ -630,9 +630,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_ker
 // of the cache's fp8 format (e4m3 for a 16-bit cache, which never widens), with programmatic
 // stream serialization (p.after_cache_write says what the kernel may read before waiting). Launch
 // errors are left for the caller's cudaGetLastError check.
-template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
+template <int kHeadDim, class Element, bool kKvFp8, bool kDecode, bool kSpec>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
-  using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
+  using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode, kSpec>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
   constexpr int kSmem = Tr::kSmemBytes > TrSmall::kSmemBytes ? Tr::kSmemBytes : TrSmall::kSmemBytes;
   // A clustered decode launch also holds split 1's slot and its barrier (FwdTraits::kSlotOffset).
@@ -655,9 +655,9 @@ void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream) {
 // CTAs of one instantiation resident per SM of the current device (registers and shared memory
 // decide), 0 when the runtime cannot tell (no device). For an fp8 cache: the fewer of the two
 // formats' kernels (they differ only in the widening instructions).
-template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
+template <int kHeadDim, class Element, bool kKvFp8, bool kDecode, bool kSpec>
 int flash_fwd_ctas_per_sm() {
-  using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode>;
+  using Tr = FwdTraits<kHeadDim, Element, kKvFp8, kDecode, kSpec>;
   using TrSmall = FwdTraits<kHeadDim, Element, kKvFp8, true>;
   // With split 1's slot where the tiling clusters: the launches the split rule plans may cluster
   // (it keeps every 16-bit decode tiling's CTAs per SM at head sizes 64, 96 and 128).
@@ -690,5 +690,12 @@ int flash_fwd_ctas_per_sm() {
   ATTN_FA_INSTANTIATE_ONE(D, __nv_bfloat16, false, true)  \
   ATTN_FA_INSTANTIATE_ONE(D, __nv_bfloat16, true, false)  \
   ATTN_FA_INSTANTIATE_ONE(D, __nv_bfloat16, true, true)
+// The spec tiles (FwdTraits::kSpec) of head sizes 64 and 128: 16-bit caches only.
+#define ATTN_FA_INSTANTIATE_SPEC_ONE(D, E)                                          \
+  template void run_flash_fwd<D, E, false, true, true>(const FlashAttnParams&, cudaStream_t); \
+  template int flash_fwd_ctas_per_sm<D, E, false, true, true>();
+#define ATTN_FA_INSTANTIATE_SPEC(D)          \
+  ATTN_FA_INSTANTIATE_SPEC_ONE(D, __half)     \
+  ATTN_FA_INSTANTIATE_SPEC_ONE(D, __nv_bfloat16)
 
 }  // namespace attn::fa

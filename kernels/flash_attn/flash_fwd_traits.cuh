@@ -10,12 +10,21 @@ namespace attn::fa {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int kHeadDim_, class Element_, bool kKvFp8_, bool kDecode_>
+// kSpec: the decode tiling for speculative decodes (G x q_len packed rows past the 16 of the plain
+// decode tile, up to 32): two warps per 16 rows, each on half of every key stage (kWarpsN = 2, as
+// head size 256's decode tile), so a verify step reads each K/V tile once, as a decode does.
+// 16-bit caches at head sizes 64 and 128 (157 and 228 registers, no spill; an fp8 decode's 4 CTAs
+// per SM leave 128). Head size 96, whose decode rows are not whole lane groups of chunks and keep
+// two stages, ran 0.88 x the sm_90a decode launch with them (docs/PERF_NOTES.md Version 62).
+template <int kHeadDim_, class Element_, bool kKvFp8_, bool kDecode_, bool kSpec_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kKvFp8 = kKvFp8_;
   static constexpr bool kDecode = kDecode_;
+  static constexpr bool kSpec = kSpec_;
+  static_assert(!kSpec || (kDecode && !kKvFp8 && (kHeadDim == 64 || kHeadDim == 128)),
+                "spec tiles: the 16-bit decode tiling at head size 64 or 128");
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
   // Keys per shared-memory stage, decode and prefill alike: 64 for head sizes <= 128 (decode: 16
@@ -23,8 +32,8 @@ struct FwdTraits {
   // (Q + 2 stages of K/V) still fit on one SM.
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
   // Decode: the warps split each key tile in slices of 16 keys (4 slices; 2 at head sizes above
-  // 128, whose other 2 warps take the next 16 rows).
-  static constexpr int kWarpsN = kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
+  // 128, whose other 2 warps take the next 16 rows; spec tiles the same at every head size).
+  static constexpr int kWarpsN = kSpec ? 2 : kDecode ? (kBlockN / 16 < kWarps ? kBlockN / 16 : kWarps) : 1;
   static constexpr int kWarpsM = kWarps / kWarpsN;
   // Prefill: two 16-row fragments per warp for head sizes <= 128 so one K/V fragment load feeds
   // two MMAs; hd256 keeps one (its O accumulator already takes 128 registers).
@@ -96,7 +105,8 @@ struct FwdTraits {
   // slot (hd128: 2 x 109 KB); the fp8 decode tiling's 4 CTAs per SM leave no room, and head sizes
   // 192 and 256, which never clustered (no room before the slot), keep their partials unmeasured.
   static constexpr int kMergeSplitBytes = kBlockM * (kHeadDim + 1) * 4;
-  static constexpr int kMaxClusterSplits = kDecode && !kKvFp8 && kHeadDim <= 128 ? 2 : 0;
+  // Spec tiles keep partials and the merge kernel: with the slot, hd128's would take 2 x 121 KB.
+  static constexpr int kMaxClusterSplits = kDecode && !kKvFp8 && kHeadDim <= 128 && !kSpec ? 2 : 0;
   static constexpr int kSlotOffset = (kSmemBytes + 15) / 16 * 16;
   static constexpr int kSlotBarOffset = kSlotOffset + kMergeSplitBytes;
   static constexpr int kClusterSmemBytes = kSlotBarOffset + 16;
@@ -105,11 +115,11 @@ struct FwdTraits {
 
 // Launches flash_fwd_kernel<FwdTraits<...>> over grid (num_tiles, num_kv_heads, num_splits), or
 // (num_tiles * num_kv_heads, 1, num_splits) kv-head-fastest for the decode tiling.
-template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
+template <int kHeadDim, class Element, bool kKvFp8, bool kDecode, bool kSpec = false>
 void run_flash_fwd(const FlashAttnParams& p, cudaStream_t stream);
 
 // CTAs of that kernel resident per SM on the current device; 0 when it cannot be told.
-template <int kHeadDim, class Element, bool kKvFp8, bool kDecode>
+template <int kHeadDim, class Element, bool kKvFp8, bool kDecode, bool kSpec = false>
 int flash_fwd_ctas_per_sm();
 
 }  // namespace attn::fa

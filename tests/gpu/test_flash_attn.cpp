@@ -534,6 +534,59 @@ TEST(FlashAttnSm90, SpeculativeDecodes) {
   }
 }
 
+// Speculative decodes of 17-32 packed rows on the mma.sync decode tiling's spec tiles (one 32-row
+// tile per sequence, FwdTraits::kSpec): head sizes 64 and 128, both 16-bit dtypes, GQA 1, 2, 4
+// and 8, ragged contexts ending mid-page, a request with no context, split partials merged by the
+// merge kernel (few requests) and unsplit passes (many); then soft cap, sinks and a window, and
+// ALiBi. Every case is checked against the float64 reference with NaN-poisoned outputs and page
+// tails.
+TEST(FlashAttnGpu, SpecDecodeTiles) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+#if !defined(ATTN_QUICK_BUILD)
+  const std::vector<int> sizes = {64, 128};
+#else
+  const std::vector<int> sizes = {128};
+#endif
+  auto expect_spec = [](const Case& c, const Outcome& r) {
+    const FlashAttnConfig config = make_flash_attn_config(c.spec);
+    if (flash_attn_spec_tiles(config) && flash_attn_sm90_passes(config) != Sm90Passes::all)
+      EXPECT_NE(r.plan.find("tiling=spec"), std::string::npos) << r.plan;
+  };
+  for (const int d : sizes) {
+    for (const int g : {1, 2, 4, 8}) {
+      Case c{make_spec(2 * g, 2, d, g == 2 ? DType::f16 : DType::bf16)};
+      // Tokens x G within 17..32 rows: the whole tile, its first row past 16, and between.
+      const int most = 32 / g, least = 16 / g + 1;
+      c.requests = {{1500, most}, {0, least}, {333, std::max(most - 1, least)}, {2047, least}, {70, (most + least) / 2}};
+      const Outcome r = run_case(c);
+      EXPECT_VALID(r) << " (head size " << d << ", G " << g << ")";
+      expect_spec(c, r);
+      EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
+    }
+    // Many requests, no split: 24 x 8 kv heads = 192 CTAs.
+    Case many{make_spec(32, 8, d)};
+    for (int i = 0; i < 24; ++i) many.requests.push_back({300 + 77 * i, 5 + i % 4});
+    many.max_pairs = 96;
+    const Outcome rm = run_case(many);
+    EXPECT_VALID(rm) << " (head size " << d << ", 24 requests)";
+    expect_spec(many, rm);
+    Case s{make_spec(16, 2, d)};
+    s.spec.logits_soft_cap = 5.0f;
+    s.spec.sinks = true;
+    s.spec.sliding_window = 90;
+    s.requests = {{200, 3}, {0, 4}, {900, 4}};
+    const Outcome rs = run_case(s);
+    EXPECT_VALID(rs) << " (head size " << d << ", soft cap, sinks, window)";
+    expect_spec(s, rs);
+    Case a{make_spec(8, 2, d)};
+    a.spec.alibi = true;
+    a.requests = {{500, 6}, {31, 8}};
+    const Outcome ra = run_case(a);
+    EXPECT_VALID(ra) << " (head size " << d << ", ALiBi)";
+    expect_spec(a, ra);
+  }
+}
+
 // Block sizes that are not a divisor of the key tile: the producer copies boxes of gcd(block
 // size, tile keys) slots, none crossing a page (48 under 128-key tiles: 16; 32 and 48 under
 // hd256's 80-key prefill tiles: 16; 96 and 160 under 128: 32), and pages larger than a tile (256):
@@ -823,6 +876,18 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   const std::vector<int32_t> q(64, 1), k(64, 4096), q48(48, 1), k48(48, 2048);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
   EXPECT_EQ(make_flash_attn_pass(q48, k48, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 2);
+  // Its spec tiles (32 rows, 105 KB, 228 registers) keep the 2; 64 x 8 tokens stay unsplit, 16 x 8 split.
+  if (flash_attn_spec_tiles(c)) {
+    const FlashAttnPass spec = make_flash_attn_pass(std::vector<int32_t>(64, 8), k, true, 4, 128, 8, 132, 0,
+                                                    Sm90Passes::mixed, &c);
+    ASSERT_TRUE(spec.tiling.spec);
+    EXPECT_EQ(flash_attn_ctas_per_sm(c, spec.tiling), 2);
+    EXPECT_EQ(spec.num_splits, 1);
+    EXPECT_EQ(make_flash_attn_pass(std::vector<int32_t>(16, 8), std::vector<int32_t>(16, 4096), true, 4, 128, 8, 132, 0,
+                                   Sm90Passes::mixed, &c)
+                  .num_splits,
+              2);
+  }
   c.kv_dtype = DType::fp8_e4m3;
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 4);
   EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
@@ -1033,6 +1098,59 @@ TEST(FlashAttnSelector, Sm90OneTileDecodesAreDecodeLaunches) {
   EXPECT_FALSE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, 128, 8, 132, 0, none).tiling.sm90_tiles);
   // Sequences of at most 16 rows keep the mma.sync decode tiling (mixed), as before.
   EXPECT_TRUE(make_flash_attn_pass({4, 2}, {4096, 108}, true, 4, 128, 8, 132, 0, mixed).tiling.decode);
+}
+
+// Speculative decodes (every sequence 17-32 packed rows) over a cache of the model dtype at head
+// sizes 64 and 128 take the mma.sync decode tiling's spec tiles, one 32-row tile per sequence,
+// whatever the device's sm_90a modes but `all`; 16 rows or fewer keep the plain decode tile, 33 or
+// more, a longer sequence beside them, an fp8 cache, head sizes 96, 192 and 256 and passes planned
+// without the layer (FLASHINFER's) keep what they had. Spec tiles never merge splits in clusters.
+TEST(FlashAttnSelector, SpecDecodesTakeSpecTiles) {
+  using enum Sm90Passes;
+  auto config = [](int d, DType kv) {
+    FlashAttnConfig c;
+    c.num_q_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_size_qk = c.head_size_v = d;
+    c.dtype = DType::bf16;
+    c.kv_dtype = kv;
+    return c;
+  };
+  const bool on = std::getenv("ATTN_FA_SPEC_TILES") == nullptr;
+  for (const int d : {64, 128}) {
+    const FlashAttnConfig c = config(d, DType::bf16);
+    if (!flash_attn_unsupported_reason(c).empty()) continue;  // not compiled (ATTN_QUICK_BUILD)
+    EXPECT_EQ(flash_attn_spec_tiles(c), on) << d;
+    for (const auto& [q, g] : {std::pair{5, 4}, {8, 4}, {3, 8}, {4, 8}, {32, 1}, {17, 1}, {9, 2}}) {
+      for (const Sm90Passes mode : {none, prefills, mixed}) {
+        const FlashAttnPass p = make_flash_attn_pass({q, q, q}, {4096, q + 100, q}, true, g, d, 8, 132, 0, mode, &c);
+        EXPECT_EQ(p.tiling.spec, on) << d << " " << q << "x" << g;
+        if (!on) continue;
+        EXPECT_TRUE(p.tiling.decode) << d << " " << q << "x" << g;
+        EXPECT_FALSE(p.tiling.sm90_tiles) << d;
+        EXPECT_EQ(p.tiling.block_m, kSpecTileRows) << d;
+        EXPECT_EQ(p.num_tiles(), 3) << d;  // one tile per sequence
+        EXPECT_FALSE(p.rows_from_end) << d;
+        EXPECT_GT(p.num_splits, 1) << d;  // 24 CTAs for 132 SMs
+        EXPECT_FALSE(flash_attn_cluster_merge(c, p.tiling, 2)) << d;
+      }
+      // ATTN_FA_SM90_DECODE=all: the sm_90a kernel's decode launch, as before.
+      EXPECT_FALSE(make_flash_attn_pass({q, q}, {4096, 300}, true, g, d, 8, 132, 0, all, &c).tiling.spec) << d;
+    }
+    // 16 rows: the plain decode tile; 36 rows, or an 8-token decode beside a 512-token prefill: not spec.
+    const FlashAttnPass plain = make_flash_attn_pass({4, 2}, {4096, 108}, true, 4, d, 8, 132, 0, mixed, &c);
+    EXPECT_TRUE(plain.tiling.decode && !plain.tiling.spec) << d;
+    EXPECT_EQ(plain.tiling.block_m, flash_attn_tiling(d, 1).small_block_m) << d;
+    EXPECT_FALSE(make_flash_attn_pass({9, 2}, {4096, 108}, true, 4, d, 8, 132, 0, mixed, &c).tiling.spec) << d;
+    EXPECT_FALSE(make_flash_attn_pass({33}, {4096}, true, 1, d, 8, 132, 0, none, &c).tiling.spec) << d;
+    EXPECT_FALSE(make_flash_attn_pass({8, 512}, {2048, 1536}, true, 4, d, 8, 132, 0, mixed, &c).tiling.spec) << d;
+    // An fp8 cache, or no layer to ask (FLASHINFER's sm_90a prefill plan): not spec.
+    const FlashAttnConfig f8 = config(d, DType::fp8_e4m3);
+    EXPECT_FALSE(flash_attn_spec_tiles(f8)) << d;
+    EXPECT_FALSE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, d, 8, 132, 0, prefills, &f8).tiling.spec) << d;
+    EXPECT_FALSE(make_flash_attn_pass({8, 8}, {4096, 108}, true, 4, d, 8, 132, 0, mixed).tiling.spec) << d;
+  }
+  for (const int d : {96, 192, 256}) EXPECT_FALSE(flash_attn_spec_tiles(config(d, DType::bf16))) << d;
 }
 
 // sm_90a prefill passes tile each query from its end (FlashAttnParams::rows_from_end): a 4k query

@@ -32,10 +32,18 @@ int flash_attn_num_splits(int64_t ctas, int max_keys, int num_sms, int ctas_per_
 }
 
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
-                                       int num_kv_heads, int num_sms) {
+                                       int num_kv_heads, int num_sms, bool spec_tiles) {
   int max_rows = 0;
   for (const int32_t q : query_lens) max_rows = std::max(max_rows, q * gqa);
   FlashAttnTiling t = flash_attn_tiling(head_size, std::max(max_rows, 1));
+  // Speculative decodes (every sequence 17-32 packed rows) on the decode tiling's spec tiles: one
+  // tile per sequence, each K/V tile read once for all its rows by all four warps, 2 CTAs per SM.
+  // ATTN_FA_SM90_DECODE=all keeps them on the sm_90a kernel's decode launch (A/B timing).
+  if (spec_tiles && sm90 != Sm90Passes::all && max_rows > t.small_block_m && max_rows <= kSpecTileRows) {
+    t.block_m = t.small_block_m = kSpecTileRows;
+    t.decode = t.small_seqs = t.spec = true;
+    return t;
+  }
   for (const int32_t q : query_lens)
     if (q * gqa <= t.small_block_m) t.small_seqs = true;
   const bool all_small = max_rows <= t.small_block_m;  // decodes alone
@@ -209,8 +217,9 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   pass.kv_begin = kv_begin;
   int max_keys = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) max_keys = std::max(max_keys, seq_lens[s] - kv_begin);
-  pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90, num_kv_heads, num_sms);
-  const int decode_rows = flash_attn_tiling(head_size, 1).small_block_m;
+  pass.tiling = flash_attn_pass_tiling(query_lens, gqa, head_size, sm90, num_kv_heads, num_sms,
+                                       config != nullptr && flash_attn_spec_tiles(*config));
+  const int decode_rows = pass.tiling.spec ? kSpecTileRows : flash_attn_tiling(head_size, 1).small_block_m;
   const bool all_decodes =
       std::all_of(query_lens.begin(), query_lens.end(), [&](int32_t q) { return q * gqa <= decode_rows; });
   // CTAs of equal work for the split rule: every sequence decode-sized (one tile each), in waves of
@@ -524,7 +533,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
 }
 
 std::string FlashAttnSchedule::summary() const {
-  const char* tiling = main.tiling.decode ? "decode" : main.tiling.sm90_tiles ? "sm90" : "prefill";
+  const char* tiling = main.tiling.spec ? "spec" : main.tiling.decode ? "decode" : main.tiling.sm90_tiles ? "sm90" : "prefill";
   std::string out = "tiles=" + std::to_string(main.num_tiles()) + " tiling=" + tiling +
                     " splits=" + std::to_string(main.num_splits);
   // The sm_90a kernel's decode launch (kDecodes): mixed passes, and passes of one-tile sequences.

@@ -119,9 +119,11 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 // flash_attn_tiling of the longest.
 // On the sm_90a kernel, a pass of speculative decodes (every sequence within a consumer's 64 rows,
 // or within one 128-row tile at one item per SM at most) is a decode launch (small_seqs); num_kv_heads
-// and num_sms (0: unknown) give that rule the pass's items per SM.
+// and num_sms (0: unknown) give that rule the pass's items per SM. With spec_tiles
+// (flash_attn_spec_tiles of the layer), a pass whose every sequence has 17-32 packed rows takes the
+// mma.sync decode tiling's spec tiles instead, one per sequence, unless `sm90` is all.
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
-                                       int num_kv_heads = 0, int num_sms = 0);
+                                       int num_kv_heads = 0, int num_sms = 0, bool spec_tiles = false);
 
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended. The tiling is flash_attn_pass_tiling's (head size 256 needs the
