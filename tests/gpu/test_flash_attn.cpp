@@ -584,6 +584,19 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
     const Outcome ra = run_case(a);
     EXPECT_VALID(ra) << " (head size " << d << ", ALiBi)";
     expect_spec(a, ra);
+    // Cascade: verify steps sharing a 512-token prefix (their suffix pass on spec tiles), and six
+    // one-token decodes sharing it (24 packed rows against the prefix: the prefix pass on one spec
+    // tile, non-causal, its splits merged with the suffix's partials).
+    for (const int q : {6, 1}) {
+      Case cc{make_spec(16, 4, d)};
+      cc.shared_prefix_len = 512;
+      for (int i = 0; i < 6; ++i) cc.requests.push_back({512 + 53 * i, q});
+      cc.cascade = CascadeMode::on;
+      const Outcome rc = run_case(cc);
+      EXPECT_VALID(rc) << " (head size " << d << ", cascade, " << q << " tokens)";
+      EXPECT_NE(rc.plan.find("cascade=on"), std::string::npos) << rc.plan;
+      if (q == 6) expect_spec(cc, rc);
+    }
   }
 }
 
