@@ -13,6 +13,7 @@
 
 #include "backends/flash_attn/flash_attn_backend.hpp"
 #include "backends/flash_attn/flash_attn_plan.hpp"
+#include "core/env.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "metadata/common.hpp"
 #include "reference/reference.hpp"
@@ -1129,7 +1130,7 @@ TEST(FlashAttnSelector, SpecDecodesTakeSpecTiles) {
     c.kv_dtype = kv;
     return c;
   };
-  const bool on = std::getenv("ATTN_FA_SPEC_TILES") == nullptr;
+  const bool on = ab_switch_on("ATTN_FA_SPEC_TILES");  // the A/B switch, read as the selector reads it
   for (const int d : {64, 128}) {
     const FlashAttnConfig c = config(d, DType::bf16);
     if (!flash_attn_unsupported_reason(c).empty()) continue;  // not compiled (ATTN_QUICK_BUILD)
