@@ -43,6 +43,17 @@ struct Case {
   int64_t max_pairs = 0;  // (request, head) pairs the reference computes, sampled; 0 = all
 };
 
+// A soft cap of 5, sinks and a 90-token window on 16 q / 2 kv heads of size d (G = 8): every
+// score-path feature at once, on the given requests.
+Case softcap_sinks_window(int d, std::vector<RequestShape> requests) {
+  Case s{make_spec(16, 2, d)};
+  s.spec.logits_soft_cap = 5.0f;
+  s.spec.sinks = true;
+  s.spec.sliding_window = 90;
+  s.requests = std::move(requests);
+  return s;
+}
+
 struct Outcome {
   AttentionOutput out;
   ValidationResult v;
@@ -447,11 +458,7 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     EXPECT_VALID(run_case(c)) << " (head size " << d << ")";
     EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << d << ")";
-    Case s{make_spec(16, 2, d)};
-    s.spec.logits_soft_cap = 5.0f;
-    s.spec.sinks = true;
-    s.spec.sliding_window = 90;
-    s.requests = {{200, 33}, {0, 48}, {900, 200}};
+    const Case s = softcap_sinks_window(d, {{200, 33}, {0, 48}, {900, 200}});
     EXPECT_VALID(run_case(s)) << " (head size " << d << ")";
   }
   // hd64: long causal MHA. hd256: splits, and a mixed batch that falls back to mma.sync.
@@ -524,11 +531,7 @@ TEST(FlashAttnSm90, SpeculativeDecodes) {
         EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
       }
     }
-    Case s{make_spec(16, 2, d)};
-    s.spec.logits_soft_cap = 5.0f;
-    s.spec.sinks = true;
-    s.spec.sliding_window = 90;
-    s.requests = {{200, 4}, {0, 7}, {900, 16}};
+    const Case s = softcap_sinks_window(d, {{200, 4}, {0, 7}, {900, 16}});
     const Outcome rs = run_case(s);
     EXPECT_VALID(rs) << " (head size " << d << ")";
     if (decode_launch) EXPECT_NE(rs.plan.find("launch=decodes"), std::string::npos) << rs.plan;
@@ -571,11 +574,7 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
     const Outcome rm = run_case(many);
     EXPECT_VALID(rm) << " (head size " << d << ", 24 requests)";
     expect_spec(many, rm);
-    Case s{make_spec(16, 2, d)};
-    s.spec.logits_soft_cap = 5.0f;
-    s.spec.sinks = true;
-    s.spec.sliding_window = 90;
-    s.requests = {{200, 3}, {0, 4}, {900, 4}};
+    const Case s = softcap_sinks_window(d, {{200, 3}, {0, 4}, {900, 4}});
     const Outcome rs = run_case(s);
     EXPECT_VALID(rs) << " (head size " << d << ", soft cap, sinks, window)";
     expect_spec(s, rs);
@@ -664,15 +663,11 @@ TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
 // An e4m3 cache with small scales, soft cap, sinks and a window on prefill-sized requests; q_scale
 // > 0 quantizes the queries too (the fp8 tensor-core path on sm_90a).
 Case fp8_softcap_sinks_window(float q_scale) {
-  Case s{make_spec(16, 2, 128)};
+  Case s = softcap_sinks_window(128, {{200, 33}, {0, 48}, {900, 200}});
   s.spec.kv_cache_dtype = DType::fp8_e4m3;
   s.spec.k_scale = 0.0125f;
   s.spec.v_scale = 0.02f;
   s.spec.q_scale = q_scale;
-  s.spec.logits_soft_cap = 5.0f;
-  s.spec.sinks = true;
-  s.spec.sliding_window = 90;
-  s.requests = {{200, 33}, {0, 48}, {900, 200}};
   return s;
 }
 
