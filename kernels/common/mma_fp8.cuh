@@ -60,6 +60,30 @@ __device__ __forceinline__ void fp8_q_fragment(uint32_t (&a)[4], const void* lo,
   a[3] = h.y;
 }
 
+// Q stored in A-fragment order (FLASH_ATTN's mma.sync kernel): the 16 rows x 16 head dims of one
+// row block mb and k-step ks are 32 slots of 16 bytes, slot `lane` holding that lane's fragment
+// a[0..3] in register order, so one 16-byte load gives it (two 8-byte loads of the row-major tile
+// gave (a0, a2) and (a1, a3), and the register moves that reordered them for every MMA were a
+// tenth of the fp8 decode's instructions). Word w of slot (g, t) = lane 4g + t: row g + 8 (w & 1),
+// head dims 16 ks + 4t + 2 (w >> 1) + {0, 1}. Element offset of a slot:
+template <int kKSteps>
+__device__ __forceinline__ int fp8_q_slot(int mb, int ks, int lane) {
+  return ((mb * kKSteps + ks) * 32 + lane) * 8;
+}
+// Row (within the tile) and head dim of word w of slot s (s = fp8_q_slot / 8).
+template <int kKSteps>
+__device__ __forceinline__ int2 fp8_q_slot_word(int s, int w) {
+  const int lane = s % 32, ks = s / 32 % kKSteps, mb = s / 32 / kKSteps;
+  return make_int2(mb * 16 + lane / 4 + 8 * (w & 1), ks * 16 + 4 * (lane % 4) + 2 * (w >> 1));
+}
+__device__ __forceinline__ void fp8_q_slot_fragment(uint32_t (&a)[4], const void* slot) {
+  const uint4 v = *reinterpret_cast<const uint4*>(slot);
+  a[0] = v.x;
+  a[1] = v.y;
+  a[2] = v.z;
+  a[3] = v.w;
+}
+
 // One ldmatrix.x4 on a raw K tile reads 4 matrices of 8 keys x 16 bytes (one k-step): kNPer
 // consecutive 8-key blocks of 4 / kNPer consecutive k-steps, register i holding key block
 // i % kNPer of k-step i / kNPer. The lane's row address: its key, for load nb of a warp whose

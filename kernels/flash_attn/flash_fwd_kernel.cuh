@@ -87,16 +87,32 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   const Element* q = static_cast<const Element*>(p.q);
 
   // ---- Q tile: packed row r = (token (row0 + r) / G, head kvh * G + (row0 + r) % G) ----
-  {
+  auto q_row = [&](int r, bool& valid) {
+    const int prow = row0 + r;
+    const int t = prow / G;
+    valid = t < q_len;
+    const int64_t tok = q_start + (valid ? t : 0);
+    return q + (tok * p.num_q_heads + kvh * G + prow % G) * D;
+  };
+  if constexpr (!kFp8) {
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
     for (int c = tid; c < kBlockM * kChunks; c += Tr::kThreads) {
       const int r = c / kChunks, col = (c % kChunks) * 8;
-      const int prow = row0 + r;
-      const int t = prow / G;
-      const bool valid = t < q_len;
-      const int64_t tok = q_start + (valid ? t : 0);
-      const Element* src = q + (tok * p.num_q_heads + kvh * G + prow % G) * D + col;
+      bool valid;
+      const Element* src = q_row(r, valid) + col;
       cp_async_16(sQ + r * kRS + col, src, valid);
+    }
+  } else {
+    // Over an fp8 cache Q lands in A-fragment order (fp8_q_slot), one 4-byte pair at a time; each
+    // thread fills whole slots, so the conversion below touches only its own copies.
+    for (int c = tid; c < kBlockM * D / 8; c += Tr::kThreads) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int2 rd = fp8_q_slot_word<Tr::kKSteps>(c, w);
+        bool valid;
+        const Element* src = q_row(rd.x, valid) + rd.y;
+        cp_async_4(sQ + c * 8 + 2 * w, src, valid);
+      }
     }
     if constexpr (kQToHalf) cp_async_commit();  // its own group: converted before the first tile lands
   }
@@ -228,10 +244,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     // Each thread converts the Q chunks it copied (its own cp.async group, complete once at most
     // the kStages - 1 tile groups are pending); the main loop's first barrier publishes them.
     cp_async_wait<kStages - 1>();
-    constexpr int kChunks = D / 8;
-    for (int c = tid; c < kBlockM * kChunks; c += Tr::kThreads) {
-      fp8_q_to_half(sQ + (c / kChunks) * kRS + (c % kChunks) * 8);
-    }
+    for (int c = tid; c < kBlockM * D / 8; c += Tr::kThreads) fp8_q_to_half(sQ + c * 8);
   }
 
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
@@ -300,8 +313,8 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
           for (int h = 0; h < kKPer; ++h)
 #pragma unroll
             for (int mi = 0; mi < Tr::kMFrags; ++mi) {
-              const Element* qr = sQ + (warp_m * Tr::kWarpRows + mi * 16 + g) * kRS + (kKPer * kp + h) * 16 + 4 * tq;
-              fp8_q_fragment(a[h][mi], qr, qr + 8 * kRS);
+              const int mb = (warp_m * Tr::kWarpRows + mi * 16) / 16;
+              fp8_q_slot_fragment(a[h][mi], sQ + fp8_q_slot<Tr::kKSteps>(mb, kKPer * kp + h, lane));
             }
 #pragma unroll
           for (int nb = 0; nb < Tr::kNFrags / kNPer; ++nb) {
