@@ -15,7 +15,8 @@
 // - Q·K^T: the reduction runs over head dims in any order, so k-slots {2t, 2t+1, 2t+8, 2t+9} of
 //   a 16-wide k-step take head dims 4t..4t+3. A K row's 4 bytes (one 16-byte chunk of a row is one
 //   k-step) are then exactly the thread's (b0, b1) pair, and Q's A fragment is read with the same
-//   order (one 8-byte load per row).
+//   order (FLASHINFER: one 8-byte load per row, fp8_q_fragment; FLASH_ATTN: Q stored in fragment
+//   order, one 16-byte load, fp8_q_slot).
 // - P·V: ldmatrix.trans on 16 fp8 bytes per key row hands a thread keys (2t, 2t+1) of head dims
 //   2g and 2g+1; a byte permute splits them into the B fragments of two output column blocks,
 //   "even dims" and "odd dims". O column block 2b (2b+1) then holds the even (odd) dims of the
