@@ -15,8 +15,7 @@
 // - Q·K^T: the reduction runs over head dims in any order, so k-slots {2t, 2t+1, 2t+8, 2t+9} of
 //   a 16-wide k-step take head dims 4t..4t+3. A K row's 4 bytes (one 16-byte chunk of a row is one
 //   k-step) are then exactly the thread's (b0, b1) pair, and Q's A fragment is read with the same
-//   order (FLASHINFER: one 8-byte load per row, fp8_q_fragment; FLASH_ATTN: Q stored in fragment
-//   order, one 16-byte load, fp8_q_slot).
+//   order (Q stored in fragment order, one 16-byte load per fragment: fp8_q_slot).
 // - P·V: ldmatrix.trans on 16 fp8 bytes per key row hands a thread keys (2t, 2t+1) of head dims
 //   2g and 2g+1; a byte permute splits them into the B fragments of two output column blocks,
 //   "even dims" and "odd dims". O column block 2b (2b+1) then holds the even (odd) dims of the
@@ -50,23 +49,12 @@ __device__ __forceinline__ void fp8_q_to_half(void* chunk) {
   *c = v;
 }
 
-// Q's A fragment of one k-step in the fp8 k-order: `lo` points at head dims 16 ks + 4t .. + 3 of
-// the fragment's row g, `hi` at the same dims of row g + 8 (8 bytes each).
-__device__ __forceinline__ void fp8_q_fragment(uint32_t (&a)[4], const void* lo, const void* hi) {
-  const uint2 l = *reinterpret_cast<const uint2*>(lo);
-  const uint2 h = *reinterpret_cast<const uint2*>(hi);
-  a[0] = l.x;
-  a[1] = h.x;
-  a[2] = l.y;
-  a[3] = h.y;
-}
-
-// Q stored in A-fragment order (FLASH_ATTN's mma.sync kernel): the 16 rows x 16 head dims of one
-// row block mb and k-step ks are 32 slots of 16 bytes, slot `lane` holding that lane's fragment
-// a[0..3] in register order, so one 16-byte load gives it (two 8-byte loads of the row-major tile
-// gave (a0, a2) and (a1, a3), and the register moves that reordered them for every MMA were a
-// tenth of the fp8 decode's instructions). Word w of slot (g, t) = lane 4g + t: row g + 8 (w & 1),
-// head dims 16 ks + 4t + 2 (w >> 1) + {0, 1}. Element offset of a slot:
+// Q stored in A-fragment order (the mma.sync kernels of FLASH_ATTN and FLASHINFER): the 16 rows x
+// 16 head dims of one row block mb and k-step ks are 32 slots of 16 bytes, slot `lane` holding that
+// lane's fragment a[0..3] in register order, so one 16-byte load gives it (two 8-byte loads of the
+// row-major tile gave (a0, a2) and (a1, a3), and the register moves that reordered them for every
+// MMA were a tenth of the fp8 decode's instructions). Word w of slot (g, t) = lane 4g + t: row
+// g + 8 (w & 1), head dims 16 ks + 4t + 2 (w >> 1) + {0, 1}. Element offset of a slot:
 template <int kKSteps>
 __device__ __forceinline__ int fp8_q_slot(int mb, int ks, int lane) {
   return ((mb * kKSteps + ks) * 32 + lane) * 8;

@@ -14,7 +14,9 @@
 // were 16-bit and the codes widen in registers into the MMA operands, which are fp16 whatever the
 // model dtype (a bf16 Q is stored once as fp16 x 2^-8, given back in the score scale; Q rows are
 // padded there, not swizzled); kernels/common/mma_fp8.cuh has the operand layouts, and the
-// epilogues put the even/odd dim column blocks of O back in order.
+// epilogues put the even/odd dim column blocks of O back in order. Over an fp8 cache Q is stored in
+// A-fragment order (fp8_q_slot: one 16-byte load per fragment) and the row maxima are lazy
+// (mma_softmax_update<true>), as are those of the 16-row q tile, which serves the tensor-core decode.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -50,12 +52,13 @@ struct PrefillTraits {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a 16-bit row
   static constexpr int kRawChunks = kHeadDim / 16;  // 16-byte chunks of an fp8 row
   static constexpr int kRowBytes = kHeadDim * 2;
-  // Q rows on an fp8 cache: read by 8-byte loads in the fp8 k-order (mma_fp8.cuh), a half-warp
-  // taking one 32-byte span of 4 consecutive rows. Padding rows by 32 bytes puts the 4 spans in
-  // the 8 bank groups and keeps the addresses linear in the k-step (an XOR swizzle costs address
-  // registers: it spilled at hd64, q tile 128).
-  static constexpr int kQRowBytes = kKvFp8 ? kRowBytes + 32 : kRowBytes;
-  static constexpr int kQBytes = kTileQ * kQRowBytes;
+  static constexpr int kKSteps = kHeadDim / 16;
+  // Q: swizzled rows on a 16-bit cache; 16-byte fragment slots on an fp8 one (fp8_q_slot, a warp's
+  // 32 lanes reading 512 consecutive bytes). Either way kTileQ x kHeadDim 16-bit elements.
+  static constexpr int kQBytes = kTileQ * kRowBytes;
+  // Lazy row maxima (mma_softmax_update<true>) over fp8 caches and on the 16-row decode tile; the
+  // 16-bit prefill tiles keep exact ones (FLASH_ATTN's mma.sync kernel makes the same split).
+  static constexpr bool kLazyMax = kKvFp8 || kTileQ == 16;
   static constexpr int kTileBytes = kTileKv * kRowBytes;       // one 16-bit K or V tile
   static constexpr int kRawTileBytes = kTileKv * kHeadDim;     // one fp8 K or V tile
   static constexpr int kStages = 2;
@@ -128,17 +131,28 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   uint8_t* sKV = smem + Tr::kQBytes;  // [stage][K, V] tiles, 16-bit or raw fp8
 
   // ---- Q tile: packed row r -> (token row / G, head kvh * G + row % G) ----
-  for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) {
-    const int row = c / kChunks, col = c % kChunks;
+  auto q_row = [&](int row, bool& valid) {
     const int qi = (row0 + row) / G;
-    const bool valid = qi < q_len;
+    valid = qi < q_len;
     const int64_t tok = q_start + (valid ? qi : 0);
-    const Element* src =
-        static_cast<const Element*>(p.q) + (tok * p.num_qo_heads + kvh * G + (row0 + row) % G) * D + col * 8;
-    if constexpr (kFp8) {
-      cp_async_16(sQ + row * Tr::kQRowBytes + col * 16, src, valid);
-    } else {
-      cp_async_16(sQ + swizzle<kChunks>(row, col), src, valid);
+    return static_cast<const Element*>(p.q) + (tok * p.num_qo_heads + kvh * G + (row0 + row) % G) * D;
+  };
+  if constexpr (!kFp8) {
+    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) {
+      const int row = c / kChunks, col = c % kChunks;
+      bool valid;
+      cp_async_16(sQ + swizzle<kChunks>(row, col), q_row(row, valid) + col * 8, valid);
+    }
+  } else {
+    // In A-fragment order, one 4-byte pair at a time; each thread fills whole slots, so the
+    // conversion below touches only its own copies.
+    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int2 rd = fp8_q_slot_word<Tr::kKSteps>(c, w);
+        bool valid;
+        cp_async_4(sQ + c * 16 + 4 * w, q_row(rd.x, valid) + rd.y, valid);
+      }
     }
   }
   if constexpr (kQToHalf) cp_async_commit();  // its own group: converted before the first tile lands
@@ -199,8 +213,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
     // Each thread converts the Q chunks it copied (its own group, complete once at most the
     // tile group is pending); the main loop's first barrier publishes them.
     cp_async_wait<1>();
-    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads)
-      fp8_q_to_half(sQ + (c / kChunks) * Tr::kQRowBytes + (c % kChunks) * 16);
+    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) fp8_q_to_half(sQ + c * 16);
   }
 
   for (int t = 0; t < num_tiles; ++t) {
@@ -259,11 +272,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
 #pragma unroll
         for (int h = 0; h < kKPer; ++h)
 #pragma unroll
-          for (int mi = 0; mi < kMmaQ; ++mi) {
-            // Head dims 16 ks + 4t .. + 3 of rows g and g + 8.
-            const uint8_t* qr = sQ + (warp_row0 + mi * 16 + g) * Tr::kQRowBytes + (kKPer * kp + h) * 32 + tq * 8;
-            fp8_q_fragment(a[h][mi], qr, qr + 8 * Tr::kQRowBytes);
-          }
+          for (int mi = 0; mi < kMmaQ; ++mi)
+            fp8_q_slot_fragment(
+                a[h][mi], sQ + 2 * fp8_q_slot<Tr::kKSteps>(warp_row0 / 16 + mi, kKPer * kp + h, lane));
 #pragma unroll
         for (int nb = 0; nb < kNFrags / kNPer; ++nb) {
           uint32_t raw[4];  // [key block nb * kNPer + i % kNPer, k-step kKPer * kp + i / kNPer]
@@ -303,7 +314,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
             }
         }
       }
-      mma_softmax_update(acc_s[mi], acc_o[mi], row_max[mi], row_sum[mi], s_scale);
+      mma_softmax_update<Tr::kLazyMax>(acc_s[mi], acc_o[mi], row_max[mi], row_sum[mi], s_scale);
     }
 
     // ---- O += P V ----
