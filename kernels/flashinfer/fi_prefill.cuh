@@ -12,11 +12,11 @@
 // (chunk ^ row % 8), so the 8 rows one ldmatrix reads fall in 8 different bank groups.
 // fp8 caches stay raw in the ring, swizzled the same way: ldmatrix reads the fp8 rows as if they
 // were 16-bit and the codes widen in registers into the MMA operands, which are fp16 whatever the
-// model dtype (a bf16 Q is stored once as fp16 x 2^-8, given back in the score scale; Q rows are
-// padded there, not swizzled); kernels/common/mma_fp8.cuh has the operand layouts, and the
-// epilogues put the even/odd dim column blocks of O back in order. Over an fp8 cache Q is stored in
-// A-fragment order (fp8_q_slot: one 16-byte load per fragment) and the row maxima are lazy
-// (mma_softmax_update<true>), as are those of the 16-row q tile, which serves the tensor-core decode.
+// model dtype (a bf16 Q is stored once as fp16 x 2^-8, given back in the score scale; Q is stored
+// in A-fragment order there, not swizzled: fp8_q_slot, one 16-byte load per fragment);
+// kernels/common/mma_fp8.cuh has the operand layouts, and the epilogues put the even/odd dim column
+// blocks of O back in order. The row maxima are lazy (mma_softmax_update<true>) over fp8 caches and
+// on the 16-row q tile, which serves the tensor-core decode.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
