@@ -286,18 +286,19 @@ TEST(FlashInferGpu, Fp8CachesWithHostScales) {
     EXPECT_EQ(r.plan.find("prefill:sm90") != std::string::npos, testing::sm90_device()) << r.plan;
     // FlashInfer's own mma.sync prefill over the codes, Q in fragment slots: q tiles of 128 (group 7,
     // long chunks) and 64 (group 1, short ones), every warp of the tile on its own rows.
-    Case big = fp8_case(kv, 7);
-    big.sm90_prefill = false;
-    big.requests = {{0, 300}, {500, 130}, {37, 64}};
-    const Outcome rb = run_case(big);
-    EXPECT_VALID(rb) << " (" << to_string(kv) << ", mma.sync prefill, q tile 128)";
-    EXPECT_NE(rb.plan.find("tile_q=128"), std::string::npos) << rb.plan;
-    Case mid = fp8_case(kv, 1);
-    mid.sm90_prefill = false;
-    mid.requests = {{100, 40}, {0, 30}, {2000, 20}};
-    const Outcome rm = run_case(mid);
-    EXPECT_VALID(rm) << " (" << to_string(kv) << ", mma.sync prefill, q tile 64)";
-    EXPECT_NE(rm.plan.find("tile_q=64"), std::string::npos) << rm.plan;
+    struct MmaSyncPrefill {
+      int group, tile_q;
+      std::vector<RequestShape> requests;
+    };
+    for (const MmaSyncPrefill& m : {MmaSyncPrefill{7, 128, {{0, 300}, {500, 130}, {37, 64}}},
+                                    MmaSyncPrefill{1, 64, {{100, 40}, {0, 30}, {2000, 20}}}}) {
+      Case c = fp8_case(kv, m.group);
+      c.sm90_prefill = false;
+      c.requests = m.requests;
+      const Outcome rm = run_case(c);
+      EXPECT_VALID(rm) << " (" << to_string(kv) << ", mma.sync prefill, q tile " << m.tile_q << ")";
+      EXPECT_NE(rm.plan.find("tile_q=" + std::to_string(m.tile_q) + " "), std::string::npos) << rm.plan;
+    }
   }
 }
 
