@@ -65,6 +65,19 @@ __device__ __forceinline__ int2 fp8_q_slot_word(int s, int w) {
   const int lane = s % 32, ks = s / 32 % kKSteps, mb = s / 32 / kKSteps;
   return make_int2(mb * 16 + lane / 4 + 8 * (w & 1), ks * 16 + 4 * (lane % 4) + 2 * (w >> 1));
 }
+// Copies slot s of a tile whose first slot is at `tile`: four 4-byte cp.async pairs, from
+// row(r, valid), the address of packed row r's head dim 0 (valid false: past the queries, the pair
+// is zero-filled). A thread that copies whole slots may convert them in place once they landed.
+template <int kKSteps, class RowFn>
+__device__ __forceinline__ void fp8_q_slot_copy(void* tile, int s, RowFn&& row) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const int2 rd = fp8_q_slot_word<kKSteps>(s, w);
+    bool valid;
+    const auto* src = row(rd.x, valid) + rd.y;
+    cp_async_4(static_cast<uint8_t*>(tile) + s * 16 + 4 * w, src, valid);
+  }
+}
 __device__ __forceinline__ void fp8_q_slot_fragment(uint32_t (&a)[4], const void* slot) {
   const uint4 v = *reinterpret_cast<const uint4*>(slot);
   a[0] = v.x;

@@ -105,15 +105,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   } else {
     // Over an fp8 cache Q lands in A-fragment order (fp8_q_slot), one 4-byte pair at a time; each
     // thread fills whole slots, so the conversion below touches only its own copies.
-    for (int c = tid; c < kBlockM * D / 8; c += Tr::kThreads) {
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const int2 rd = fp8_q_slot_word<Tr::kKSteps>(c, w);
-        bool valid;
-        const Element* src = q_row(rd.x, valid) + rd.y;
-        cp_async_4(sQ + c * 8 + 2 * w, src, valid);
-      }
-    }
+    for (int c = tid; c < kBlockM * D / 8; c += Tr::kThreads) fp8_q_slot_copy<Tr::kKSteps>(sQ, c, q_row);
     if constexpr (kQToHalf) cp_async_commit();  // its own group: converted before the first tile lands
   }
 

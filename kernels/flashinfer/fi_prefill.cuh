@@ -146,14 +146,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
   } else {
     // In A-fragment order, one 4-byte pair at a time; each thread fills whole slots, so the
     // conversion below touches only its own copies.
-    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) {
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const int2 rd = fp8_q_slot_word<Tr::kKSteps>(c, w);
-        bool valid;
-        cp_async_4(sQ + c * 16 + 4 * w, q_row(rd.x, valid) + rd.y, valid);
-      }
-    }
+    for (int c = tid; c < kTileQ * kChunks; c += Tr::kThreads) fp8_q_slot_copy<Tr::kKSteps>(sQ, c, q_row);
   }
   if constexpr (kQToHalf) cp_async_commit();  // its own group: converted before the first tile lands
 
