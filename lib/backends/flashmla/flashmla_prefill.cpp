@@ -56,7 +56,11 @@ MlaPrefill::MlaPrefill(const AttentionSpec& spec, const std::vector<int32_t>& q_
   const int num_sms = balance ? query_device_info().num_sms : 0;
   for (std::size_t pi = 0; pi < plan_.passes.size(); ++pi) {
     const MlaPrefillPlan::Pass& p = plan_.passes[pi];
-    PassBuffers pb{upload(p.key_begin), upload(p.key_count), upload(p.dense_begin), upload(p.block_table)};
+    PassBuffers pb;
+    pb.key_begin = upload(p.key_begin);
+    pb.key_count = upload(p.key_count);
+    pb.dense_begin = upload(p.dense_begin);
+    pb.block_table = upload(p.block_table);
     if (balance && num_sms > 0) {
       FlashAttnPass fp;
       fp.tiling = tiling_;
