@@ -17,9 +17,10 @@ int run_device(Format f) {
   const std::optional<DeviceInfo> dev = query_device(&why);
   if (!dev) throw RuntimeError(why);
   const DeviceCeilings m = measure_device_ceilings();
-  Table t{{"device", "cc", "sms", "l2_mb", "memory_gb", "copy_gb_per_sec", "bf16_tflops", "method"}, {}};
+  Table t{{"device", "cc", "sms", "l2_mb", "memory_gb", "copy_gb_per_sec", "dram_peak_gb_per_sec", "bf16_tflops", "method"}, {}};
   t.rows.push_back({m.name, m.cc, std::to_string(m.num_sms), fmt::format("{:.0f}", m.l2_bytes / 1048576.0),
                     fmt::format("{:.1f}", dev->total_memory_bytes / 1e9), fmt::format("{:.0f}", m.copy_gbps),
+                    fmt::format("{:.0f}", dev->dram_peak_bytes_per_sec() / 1e9),
                     fmt::format("{:.0f}", m.bf16_tflops), m.method});
   fmt::print("{}", t.render(f));
   return 0;

@@ -21,6 +21,11 @@ struct DeviceInfo {
   std::size_t max_smem_per_block_optin = 0;
 
   std::string cc() const { return std::to_string(cc_major) + "." + std::to_string(cc_minor); }
+  // The DRAM's datasheet peak, two transfers per memory clock over the bus (3.35 TB/s on the H100
+  // SXM), or 0 when the runtime does not report the clock. A copy reaches about 0.9 of it.
+  double dram_peak_bytes_per_sec() const {
+    return memory_clock_khz > 0 && memory_bus_bits > 0 ? 2.0 * memory_clock_khz * 1e3 * memory_bus_bits / 8.0 : 0.0;
+  }
 };
 
 // The current device, or nullopt with *why filled: "built without CUDA" in builds without

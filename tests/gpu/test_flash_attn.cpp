@@ -992,7 +992,8 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   // the time by far (Version 39: 96 x 1 @ 4k + 4 x 256 on 2k 1.007 x from both ends), not where the
   // rounds are even (48 x 1 @ 2k + 2 x 512 on 1k 185 -> 195 us claimed from one end, 197 from both;
   // 64 x 1 @ 2k + 8 x 128 on 512: 0.99 x).
-  auto claims = [&](int decodes_n, int decode_ctx, int prefills_n, int prefill_ctx, int prefill_q) {
+  auto claims = [&](int decodes_n, int decode_ctx, int prefills_n, int prefill_ctx, int prefill_q,
+                    double stream_share = kH100StreamShare) {
     std::vector<int32_t> ql, sl;
     for (int i = 0; i < decodes_n; ++i) {
       ql.push_back(1);
@@ -1002,7 +1003,7 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
       ql.push_back(prefill_q);
       sl.push_back(prefill_ctx + prefill_q);
     }
-    const FlashAttnPass pass = make_flash_attn_pass(ql, sl, true, 4, 128, 8, 132, 0, all);
+    const FlashAttnPass pass = make_flash_attn_pass(ql, sl, true, 4, 128, 8, 132, 0, all, nullptr, stream_share);
     // Claimed from both ends wherever each CTA has two items or more: prefill tiles first.
     const bool two_ended = pass.dynamic_items && pass.num_tiles() * 8 * pass.num_splits >= 2 * 132;
     EXPECT_EQ(pass.claim_front_ctas > 0, two_ended) << decodes_n << " decodes";
@@ -1016,6 +1017,31 @@ TEST(FlashAttnSelector, Sm90TilesOf128Or192Rows) {
   EXPECT_TRUE(claims(96, 4096, 4, 2048, 256));  // the decodes' pages set the time by far
   EXPECT_FALSE(claims(64, 2048, 8, 512, 128));
   EXPECT_TRUE(claims(24, 1200, 1, 0, 384));  // scenarios/mixed_uneven_rounds.toml
+  // The decodes' pages priced by the device (flash_attn_stream_share): an H100 SXM's DRAM (2619 MHz x
+  // 5120 bits) keeps 0.65 of its SMs streaming, an H200's (4814 GB/s peak, as `attn-bench device`
+  // reads it: ~3134 MHz x 6144 bits) 0.94, a device that reports no memory clock the H100's share.
+  DeviceInfo h100;
+  h100.num_sms = 132;
+  h100.memory_clock_khz = 2619000;
+  h100.memory_bus_bits = 5120;
+  DeviceInfo h200 = h100;
+  h200.memory_clock_khz = 3134000;
+  h200.memory_bus_bits = 6144;
+  EXPECT_NEAR(flash_attn_stream_share(h100), kH100StreamShare, 0.01);
+  EXPECT_NEAR(flash_attn_stream_share(h200), 0.94, 0.01);
+  EXPECT_EQ(flash_attn_stream_share(DeviceInfo{}), kH100StreamShare);
+  // On the H200 the pages no longer put 64 x 1 @ 2k + 8 x 128 on 512's floor above every schedule's
+  // end: claimed from both ends, 1.065 x faster than the H100's price of its pages left it (fixed
+  // rounds; Version 66), while 48 x 1 @ 2k + 2 x 512 on 1k keeps its even rounds (claims 0.957 x,
+  // Version 65). The rest as on the H100, but 96 x 1 @ 4k + 4 x 256 on 2k, whose pages no longer set
+  // its time by far: fixed rounds, 0.999 x its claims from both ends (Version 66).
+  const double h200_share = flash_attn_stream_share(h200);
+  EXPECT_TRUE(claims(64, 2048, 8, 512, 128, h200_share));
+  EXPECT_FALSE(claims(48, 2048, 2, 1024, 512, h200_share));
+  EXPECT_FALSE(claims(96, 4096, 4, 2048, 256, h200_share));
+  EXPECT_TRUE(claims(32, 8192, 1, 0, 2048, h200_share));
+  EXPECT_TRUE(claims(128, 1024, 2, 1024, 1024, h200_share));
+  EXPECT_TRUE(claims(24, 1200, 1, 0, 384, h200_share));
   // At head sizes 64, 96 and 128 (256 runs one CTA per item: nothing to claim). (8 decodes at 4k +
   // 1024 new tokens, 16/16 heads: the rule's yes; 128 decodes at 1k + 2 x 1024 on 1k at 32/8 heads
   // of size 64, claimed 1.31 x faster than fixed rounds, H100, twenty-fourth session.)

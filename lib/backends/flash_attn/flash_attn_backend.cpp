@@ -24,8 +24,10 @@ class FlashAttnInstance final : public BackendInstance {
   FlashAttnInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts)
       : batch_(b), meta_(m), opts_(opts), config_(make_flash_attn_config(b.spec)) {
     const AttentionSpec& s = b.spec;
-    num_sms_ = query_device_info().num_sms;
+    const DeviceInfo device = query_device_info();
+    num_sms_ = device.num_sms;
     if (num_sms_ <= 0) num_sms_ = opts.num_sms;
+    stream_share_ = flash_attn_stream_share(device);
     const int64_t T = b.num_tokens();
     const int D = s.head_size_qk;
 
@@ -58,7 +60,7 @@ class FlashAttnInstance final : public BackendInstance {
     lse_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * sizeof(float));
 
     // The schedule decides the workspace; plan() recomputes the same schedule later.
-    schedule_ = plan_flash_attn(b, m, opts, num_sms_);
+    schedule_ = plan_flash_attn(b, m, opts, num_sms_, stream_share_);
     const int partials = schedule_.num_partials();
     if (partials > 0) {
       o_partial_ = DeviceBuffer(static_cast<std::size_t>(partials) * T * s.num_q_heads * D * sizeof(float));
@@ -77,7 +79,7 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void plan() override {
-    schedule_ = plan_flash_attn(batch_, meta_, opts_, num_sms_);
+    schedule_ = plan_flash_attn(batch_, meta_, opts_, num_sms_, stream_share_);
     upload_schedule();
   }
 
@@ -245,6 +247,7 @@ class FlashAttnInstance final : public BackendInstance {
   RunOptions opts_;
   FlashAttnConfig config_;
   int num_sms_ = 0;
+  double stream_share_ = kH100StreamShare;  // flash_attn_stream_share of the device
   Stream stream_;
   KvCacheLayout layout_;
   CacheView view_;

@@ -123,12 +123,13 @@ struct SnakeRounds {
 // an item costing its key tiles (tile order as launched, items_per_tile consecutive items per tile:
 // kv heads x splits): one CTA spends about as long on a decode's key tile as on a prefill's (1.9
 // and 2.2 us, H100; Version 38), so fixed rounds that hand some CTAs many more tiles than others
-// end late. Neither can beat the decodes' pages read at the copy bandwidth, which about 0.65 x the
-// SMs streaming at once reach (35 GB/s each against 3 TB/s). Dynamic where that predicts >= 10 %
+// end late. Neither can beat the decodes' pages read at the copy bandwidth, which stream_share x
+// the SMs streaming at once reach (flash_attn_stream_share: 0.65 on the H100). Dynamic where that
+// predicts >= 10 %
 // less time: claiming costs each item an atomic and balances worse where the tiles are even; and
 // where that floor exceeds the fixed rounds by far, which then ran slower than the model says.
 bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::vector<bool>& tile_is_decode,
-                             int items_per_tile, int num_sms) {
+                             int items_per_tile, int num_sms, double stream_share) {
   const int64_t items = static_cast<int64_t>(tile_keys.size()) * items_per_tile;
   const int ctas = static_cast<int>(std::min<int64_t>(items, std::max(num_sms, 1)));
   if (ctas <= 0 || items <= ctas) return false;  // one item per CTA: nothing to balance
@@ -144,7 +145,7 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
     largest = std::max(largest, cost);
     for (int i = 0; i < items_per_tile; ++i) fixed[static_cast<std::size_t>(snake.next())] += cost;
   }
-  const double floor = static_cast<double>(decode_tiles) / (0.65 * std::max(num_sms, 1));
+  const double floor = static_cast<double>(decode_tiles) / (stream_share * std::max(num_sms, 1));
   const double longest = static_cast<double>(*std::max_element(fixed.begin(), fixed.end()));
   // Where the decodes' pages set the time by far, claimed from both ends (two items per CTA or
   // more): fixed rounds ran 1.53 x slower than that on 128 decodes at 1k + 2 x 1024 on 1k at 32/32
@@ -212,7 +213,8 @@ int claim_front_ctas(const std::vector<int64_t>& tile_keys, const std::vector<bo
 
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
-                                   int kv_begin, Sm90Passes sm90, const FlashAttnConfig* config) {
+                                   int kv_begin, Sm90Passes sm90, const FlashAttnConfig* config,
+                                   double stream_share) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
   int max_keys = 0;
@@ -284,7 +286,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
       keys.push_back(t.keys);
       decode.push_back(is_decode(t));
     }
-    pass.dynamic_items = claim_items_dynamically(keys, decode, items_per_tile, num_sms);
+    pass.dynamic_items = claim_items_dynamically(keys, decode, items_per_tile, num_sms, stream_share);
     if (pass.dynamic_items) pass.claim_front_ctas = claim_front_ctas(keys, decode, items_per_tile, num_sms);
     if (pass.claim_front_ctas > 0) {
       // Claimed from both ends: the prefill tiles longest first from the front, the decode tiles
@@ -484,8 +486,22 @@ void balance_fixed_rounds(FlashAttnPass& pass, int num_kv_heads, int head_size, 
   }
 }
 
+double flash_attn_stream_share(const DeviceInfo& d) {
+  // ATTN_FA_SM90_STREAM_SHARE=x prices the pages at x instead (A/B timing of the claim rule).
+  static const double forced = [] {
+    const char* v = std::getenv("ATTN_FA_SM90_STREAM_SHARE");
+    return v != nullptr ? std::atof(v) : 0.0;
+  }();
+  if (forced > 0) return forced;
+  if (d.dram_peak_bytes_per_sec() <= 0 || d.num_sms <= 0) return kH100StreamShare;
+  // A copy reaches about 0.9 of the DRAM's peak (3.0 of 3.35 TB/s on the H100 SXM, 4.26 of 4.81 on
+  // the H200; `attn-bench device`).
+  const double copy = 0.9 * d.dram_peak_bytes_per_sec();
+  return std::clamp(copy / (kStreamPerCta * d.num_sms), 0.25, 1.0);
+}
+
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
-                                  int num_sms) {
+                                  int num_sms, double stream_share) {
   const AttentionSpec& spec = b.spec;
   const int gqa = spec.gqa_ratio();
   std::vector<int32_t> query_lens(m.num_reqs);
@@ -512,7 +528,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
                                   &config);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, 0, sm90, &config);
+                                  num_sms, 0, sm90, &config, stream_share);
   }
   // ATTN_FA_NUM_SPLITS=N forces N KV splits on the main pass (A/B timing of the split rule, like
   // the num_splits argument of vLLM's flash_attn_varlen_func); 0 or unset keeps the rule.

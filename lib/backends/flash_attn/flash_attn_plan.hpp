@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "timing/device_query.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
 
 namespace attn {
@@ -125,6 +126,16 @@ FlashAttnConfig make_flash_attn_config(const AttentionSpec& s);
 FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, int gqa, int head_size, Sm90Passes sm90,
                                        int num_kv_heads = 0, int num_sms = 0, bool spec_tiles = false);
 
+// The share of the SMs whose CTAs, streaming decode pages through the sm_90a kernel's page boxes at
+// about kStreamPerCta each, reach the device's copy bandwidth: the price of a mixed pass's decode
+// pages in the claim rule (FlashAttnPass::dynamic_items). From the memory clock and bus width;
+// kH100StreamShare where the device does not report them. On an H200 (4.26 TB/s) 0.94: the H100's
+// 0.65 priced the pages of 64 x 1 @ 2k + 8 x 128 on 512 above every schedule's end there and kept
+// its fixed rounds, 1.065 x slower than the claims this share gives (docs/PERF_NOTES.md Version 66).
+constexpr double kStreamPerCta = 35e9;     // bytes/s one CTA streams through page boxes (H100, Version 38)
+constexpr double kH100StreamShare = 0.65;  // 3.0 TB/s / (35 GB/s x 132 SMs)
+double flash_attn_stream_share(const DeviceInfo& d);
+
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended. The tiling is flash_attn_pass_tiling's (head size 256 needs the
 // sm_90a kernel's 128-row tiles: its mma.sync prefill tiles are 64 rows). With `config`, the split rule counts the CTAs per SM of the kernel that runs the pass
@@ -132,9 +143,9 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
                                    int kv_begin, Sm90Passes sm90 = Sm90Passes::none,
-                                   const FlashAttnConfig* config = nullptr);
+                                   const FlashAttnConfig* config = nullptr, double stream_share = kH100StreamShare);
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
-                                  int num_sms);
+                                  int num_sms, double stream_share = kH100StreamShare);
 
 }  // namespace attn
