@@ -124,10 +124,10 @@ struct SnakeRounds {
 // kv heads x splits): one CTA spends about as long on a decode's key tile as on a prefill's (1.9
 // and 2.2 us, H100; Version 38), so fixed rounds that hand some CTAs many more tiles than others
 // end late. Neither can beat the decodes' pages read at the copy bandwidth, which stream_share x
-// the SMs streaming at once reach (flash_attn_stream_share: 0.65 on the H100). Dynamic where that
-// predicts >= 10 %
-// less time: claiming costs each item an atomic and balances worse where the tiles are even; and
-// where that floor exceeds the fixed rounds by far, which then ran slower than the model says.
+// the SMs streaming at once reach (flash_attn_stream_share: 0.65 on the H100, 0.94 on the H200).
+// Dynamic where that predicts >= 10 % less time (claiming costs each item an atomic and balances
+// worse where the tiles are even), and where the decodes are most of the work, whose fixed rounds
+// ran far slower than the model says.
 bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::vector<bool>& tile_is_decode,
                              int items_per_tile, int num_sms, double stream_share) {
   const int64_t items = static_cast<int64_t>(tile_keys.size()) * items_per_tile;
@@ -145,14 +145,19 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
     largest = std::max(largest, cost);
     for (int i = 0; i < items_per_tile; ++i) fixed[static_cast<std::size_t>(snake.next())] += cost;
   }
-  const double floor = static_cast<double>(decode_tiles) / (stream_share * std::max(num_sms, 1));
+  const double decode_per_sm = static_cast<double>(decode_tiles) / std::max(num_sms, 1);
+  const double floor = decode_per_sm / stream_share;
   const double longest = static_cast<double>(*std::max_element(fixed.begin(), fixed.end()));
-  // Where the decodes' pages set the time by far, claimed from both ends (two items per CTA or
-  // more): fixed rounds ran 1.53 x slower than that on 128 decodes at 1k + 2 x 1024 on 1k at 32/32
-  // heads of size 96 (4096 one-row decode items, floor 1.28 x the longest CTA's tiles) and 1.008 x
-  // on 96 x 1 @ 4k + 4 x 256 on 2k at 32/8 heads of size 128 (1.26 x), H100, Version 39; 48 x 1 @ 2k
-  // + 2 x 512 on 1k (1.03 x) keeps its fixed rounds, which claims from either end lose to.
-  if (items >= 2 * static_cast<int64_t>(ctas) && floor >= 1.1 * longest) return true;
+  // Where the decodes' key tiles per SM are at least 0.715 x the longest CTA's tiles (most of the
+  // work), claimed from both ends (two items per CTA or more): fixed rounds ran 1.53 x slower on
+  // 128 decodes at 1k + 2 x 1024 on 1k at 32/32 heads of size 96 (4096 one-row decode items, 0.83)
+  // and 1.008 x on 96 x 1 @ 4k + 4 x 256 on 2k at 32/8 heads of size 128 (0.82), H100, Version 39;
+  // 48 x 1 @ 2k + 2 x 512 on 1k (0.67) keeps its fixed rounds, which claims from either end lose
+  // to. The share is the device's work mix, not its bandwidth: on the H200 the first ran 1.26 x
+  // slower on fixed rounds and the second 1.001 x (Version 66), though the pages priced at its
+  // bandwidth no longer set either's time (0.715 is 1.1 x the H100's stream share, where this
+  // rule was first written as the floor exceeding the longest CTA by 10 %).
+  if (items >= 2 * static_cast<int64_t>(ctas) && decode_per_sm >= 0.715 * longest) return true;
   const double t_fixed = std::max(longest, floor);
   // Claims end no earlier than the mean load or the largest item: where even that is within 10 %
   // of the fixed rounds, the simulation below cannot say yes (most steps stop here).

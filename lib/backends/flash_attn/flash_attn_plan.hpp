@@ -132,6 +132,7 @@ FlashAttnTiling flash_attn_pass_tiling(const std::vector<int32_t>& query_lens, i
 // kH100StreamShare where the device does not report them. On an H200 (4.26 TB/s) 0.94: the H100's
 // 0.65 priced the pages of 64 x 1 @ 2k + 8 x 128 on 512 above every schedule's end there and kept
 // its fixed rounds, 1.065 x slower than the claims this share gives (docs/PERF_NOTES.md Version 66).
+// ATTN_FA_SM90_STREAM_SHARE=x forces x (A/B timing).
 constexpr double kStreamPerCta = 35e9;     // bytes/s one CTA streams through page boxes (H100, Version 38)
 constexpr double kH100StreamShare = 0.65;  // 3.0 TB/s / (35 GB/s x 132 SMs)
 double flash_attn_stream_share(const DeviceInfo& d);
