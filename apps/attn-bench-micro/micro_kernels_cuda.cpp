@@ -267,6 +267,13 @@ void BM_FlashMlaDecodePath(benchmark::State& state) { run_flashmla_case(state, f
       ->Args({16, 64, 4094, 2})->UseManualTime()->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_FlashMlaDecodeKernel) ATTN_FLASHMLA_SHAPES;
 BENCHMARK(BM_FlashMlaDecodePath) ATTN_FLASHMLA_SHAPES;
+// The kernel's cost per launch at 16 heads: 132 requests of one block (one per partition: the
+// launch's start and end with next to nothing streamed), then 64 requests of 1k and 2k keys, the
+// ladder up to 64 x 4k and 128 x 8k above; a line through the rungs gives the streaming rate and
+// the cost of a launch (kernel + combine).
+void BM_FlashMlaDecodeLadder(benchmark::State& state) { run_flashmla_case(state, true); }
+BENCHMARK(BM_FlashMlaDecodeLadder)
+    ->Args({16, 132, 63, 1})->Args({16, 64, 1023, 1})->Args({16, 64, 2047, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace
