@@ -153,7 +153,7 @@ bool claim_items_dynamically(const std::vector<int64_t>& tile_keys, const std::v
   // 128 decodes at 1k + 2 x 1024 on 1k at 32/32 heads of size 96 (4096 one-row decode items, 0.83)
   // and 1.008 x on 96 x 1 @ 4k + 4 x 256 on 2k at 32/8 heads of size 128 (0.82), H100, Version 39;
   // 48 x 1 @ 2k + 2 x 512 on 1k (0.67) keeps its fixed rounds, which claims from either end lose
-  // to. The share is the device's work mix, not its bandwidth: on the H200 the first ran 1.26 x
+  // to. This reads the work mix, not the device's bandwidth: on the H200 the first ran 1.26 x
   // slower on fixed rounds and the second 1.001 x (Version 66), though the pages priced at its
   // bandwidth no longer set either's time (0.715 is 1.1 x the H100's stream share, where this
   // rule was first written as the floor exceeding the longest CTA by 10 %).

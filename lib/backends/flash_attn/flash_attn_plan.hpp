@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "timing/device_query.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
+#include "timing/device_query.hpp"
 
 namespace attn {
 
