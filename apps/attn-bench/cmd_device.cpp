@@ -1,4 +1,5 @@
-// `attn-bench device`: the device's own ceilings, measured (not datasheet figures).
+// `attn-bench device`: the device's own ceilings, measured (copy bandwidth, bf16 matrix rate), beside
+// one datasheet figure for scale: the DRAM peak the runtime's memory clock and bus width give.
 #include <fmt/format.h>
 #include <memory>
 
