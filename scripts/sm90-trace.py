@@ -8,14 +8,15 @@ writes (a build with -DATTN_SM90_TRACE; file format: kernels/flash_attn/sm90_tra
 Prints the launch's CTA spans, then per consumer the mean of each phase of an item in microseconds
 (the SM clock is calibrated against the global timer over each CTA's span):
   q      item start -> its rows of Q landed
-  turn   -> it holds the turn for its first Q K^T          (overlapped schedule only)
-  s      -> the first S landed                             (overlapped schedule only)
-  tiles  -> the last P V completed                        (overlapped schedule only)
+  turn   -> it may issue its first Q K^T (its turn; on the plain schedule its first stage full)
+  s      -> the first S landed
+  tiles  -> the last P V completed
+  (turn, s and tiles: not on the fp8 tensor-core ping-pong, nor for an idle decode consumer)
   epi    -> the epilogue's stores issued, in three parts where stamped:
     fields   -> the epilogue has the item's fields again
     rows     -> the rows' ends are done and their O staged
     stores   -> the stores issued
-  body   Q landed -> the epilogue's stores issued (key tiles and epilogue: the other schedules)
+  body   Q landed -> the epilogue's stores issued (where turn, s and tiles are not stamped)
 and the share of the CTAs' time outside the key tiles' products (q + turn + s + epi; not shown
 where only body is known), and of the time that every consumer spends there at once (then only a
 first Q K^T can keep the tensor cores busy). --by-tiles splits the phases by the item's key-tile

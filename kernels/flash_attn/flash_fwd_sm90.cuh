@@ -1349,10 +1349,16 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         if (maps.box_rows == 0 || (n_tile + 1) * kBlockN > seq_len) fence_proxy_async();
         float s[Tr::kAccS];
         turn_wait();
+        // Traced builds: the item's first stage full (and turn taken), its first S, its last P V, so
+        // that the item timeline splits this schedule's items as it splits the overlapped ones.
+        if (ctid == 0 && n_tile == n_begin)
+          ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceTurn, clock64());
         issue_qk(s, stage);
         if (pass_last || n_tile + 1 < n_end) turn_pass(other);
         wgmma_wait<0>();
         fence_regs(s);
+        if (ctid == 0 && n_tile == n_begin)
+          ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceFirstS, clock64());
         float corr[2];
         // A warp-uniform branch: no wgmma is in flight (the last P V was waited for).
         if (__any_sync(0xffffffffu, softmax(s, n_tile, corr))) rescale_o(corr);
@@ -1361,6 +1367,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         issue_pv(pa, stage);
         wgmma_wait<0>();
         fence_regs(acc_o);
+        if (ctid == 0 && n_tile + 1 == n_end)
+          ATTN_SM90_TRACE_AT(round, kTraceConsumer0 + kTraceConsumerPoints * wg + kTraceLastPv, clock64());
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar(stage));  // this warp's MMAs no longer read the stage
       }

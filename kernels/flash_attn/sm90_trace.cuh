@@ -19,7 +19,8 @@ namespace attn::fa::sm90 {
 
 // Stamped points of a round. The producer's, then each consumer's (consumer c: kTraceConsumer0 +
 // kTraceConsumerPoints * c + the point). Turn, FirstS and LastPv are stamped on the overlapped
-// schedule only (kOverlap).
+// schedule (kOverlap) and on the plain one (there Turn is the item's first stage full, its turn
+// taken where there are turns), not on the fp8 tensor-core ping-pong.
 enum TracePoint : int {
   kTraceTiles = 0,         // the item's key tiles (a count, not a stamp)
   kTraceProducerItem,      // the producer starts the item
