@@ -1660,6 +1660,14 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
   // the zero rows instead).
   if constexpr (kHeadDim != 192) {
     if (decodes) {
+      if constexpr (kHeadDim == 128) {
+        static const bool decode_plain = ab_switch_on("ATTN_FA_SM90_DECODE_PLAIN");
+        if (decode_plain && sm90_plain_scores(p)) {
+          fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, true, kHeadDim, 0, true>(p, stream)
+               : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true, kHeadDim, 0, true>(p, stream);
+          return;
+        }
+      }
       fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, true>(p, stream)
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true>(p, stream);
       return;
