@@ -273,7 +273,8 @@ __device__ __forceinline__ int pass_offset(int x0, int i) {
 // kPlainScores: no soft cap, no ALiBi and a positive scale (sm90_plain_scores), so the scale always
 // goes into the exponent and the per-score path of the other two is not compiled, whose registers
 // cost the consumers time even where it never runs (head size 256 prefills 1.013-1.018 x faster
-// without it; docs/PERF_NOTES.md Version 51).
+// without it; docs/PERF_NOTES.md Version 51): prefill launches as sm90_plain_at chooses, head size
+// 128 decode launches as sm90_decode_plain_at does.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
           int kKeys = 0, bool kPlainScores = false>
 __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>::kThreads), 1)
@@ -1601,7 +1602,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));
 }
 
-// Whether a 16-bit prefill launch's features allow the kernel without the soft-cap and ALiBi score
+// Whether a 16-bit launch's features allow the kernel without the soft-cap and ALiBi score
 // path (kPlainScores). ATTN_FA_SM90_PLAIN=0 keeps the general kernel (A/B timing in one binary).
 inline bool sm90_plain_scores(const FlashAttnParams& p) {
   static const bool on = ab_switch_on("ATTN_FA_SM90_PLAIN");
@@ -1617,6 +1618,14 @@ bool sm90_plain_at(const FlashAttnParams& p) {
   if constexpr (kHeadDim == 128)
     return sm90_plain_scores(p) && p.mean_item_key_tiles > 0 && p.mean_item_key_tiles <= kSm90PlainMaxItemTiles128;
   return false;
+}
+
+// Whether a head size 128 decode launch (kDecodes) takes the plain-scores kernel: wherever its
+// features allow it (mixed steps 1.007-1.016 x faster, the decode-only launches unchanged;
+// docs/PERF_NOTES.md Version 68). ATTN_FA_SM90_DECODE_PLAIN=0 keeps the general one.
+inline bool sm90_decode_plain_at(const FlashAttnParams& p) {
+  static const bool on = ab_switch_on("ATTN_FA_SM90_DECODE_PLAIN");
+  return on && sm90_plain_scores(p);
 }
 
 template <int kHeadDim, int kHeadDimV>
@@ -1661,8 +1670,7 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
   if constexpr (kHeadDim != 192) {
     if (decodes) {
       if constexpr (kHeadDim == 128) {
-        static const bool decode_plain = ab_switch_on("ATTN_FA_SM90_DECODE_PLAIN");
-        if (decode_plain && sm90_plain_scores(p)) {
+        if (sm90_decode_plain_at(p)) {
           fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, true, kHeadDim, 0, true>(p, stream)
                : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true, kHeadDim, 0, true>(p, stream);
           return;
