@@ -1620,9 +1620,10 @@ bool sm90_plain_at(const FlashAttnParams& p) {
   return false;
 }
 
-// Whether a head size 128 decode launch (kDecodes) takes the plain-scores kernel: wherever its
-// features allow it (mixed steps 1.007-1.016 x faster, the decode-only launches unchanged;
-// docs/PERF_NOTES.md Version 68). ATTN_FA_SM90_DECODE_PLAIN=0 keeps the general one.
+// Whether a head size 128 decode launch (kDecodes: mixed passes, and passes of speculative decodes
+// beyond the mma.sync tilings) takes the plain-scores kernel: wherever its features allow it (mixed
+// steps 1.000-1.016 x faster; docs/PERF_NOTES.md Version 68). ATTN_FA_SM90_DECODE_PLAIN=0 keeps the
+// general one.
 inline bool sm90_decode_plain_at(const FlashAttnParams& p) {
   static const bool on = ab_switch_on("ATTN_FA_SM90_DECODE_PLAIN");
   return on && sm90_plain_scores(p);
