@@ -10,8 +10,11 @@
 // in L2 (8 MB for the 1-D copies, 16 MB of K and V pages for FLASH_ATTN's boxes), each CTA from its
 // own offset, so the rows say what the CTAs and the whole chip take from L2 (Version 54).
 //
+// With --fa, FLASH_ATTN's pages alone: the 2 KB boxes of mode 3 beside 4 KB boxes of a whole page
+// of K or V in two layouts (modes 4, 5).
+//
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Ilib -I. \
-//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe [--l2] > probe.csv
+//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe [--l2 | --fa] > probe.csv
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -150,6 +153,59 @@ __global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_cons
   });
 }
 
+// Modes 4 and 5: the same pages in 4 KB boxes, one per page of K or V (8 per 64-key stage instead of
+// 16), in the two layouts a tile could take them in (5-D maps of the same cache):
+// - swz: both 64-dim halves of a page's 16 rows, 128-byte swizzle, landing [half][16 rows][128 B]
+//   (a page-major tile: the layout P V's N-major V operand can read with LBO = 2 KB);
+// - cm: the 8 x 16-byte core matrices of the no-swizzle K-major layout, landing [row group of 8][16
+//   chunks][8 rows][16 B] (LBO 128, SBO 2 KB: a whole tile of such pages is one descriptor's
+//   operand for Q K^T), 16-byte rows of the box, so the engine walks 256 of them per box.
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+template <bool kCoreMatrices>
+__global__ void k_fa4(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
+                      const int* pages, int per_pages, int slots, uint64_t* times) {
+  if (threadIdx.x != 0) return;
+  constexpr uint32_t kStage = 64 * 128 * 2 * 2;
+  const int head = blockIdx.x % 8;
+  const int* list = pages + size_t(blockIdx.x) * per_pages;
+  stream_ring(per_pages / 4, slots, times, [&](int s, int st, uint32_t bar) {
+    mbar_arrive_expect_tx(bar, kStage);
+    uint8_t* dst = smem + size_t(s) * kStage;
+    for (int p = 0; p < 4; ++p) {
+      const int page = list[st * 4 + p];
+      if (kCoreMatrices) {
+        tma_load_5d(smem_addr(dst + p * 4096), &kmap, 0, 0, head * 16, 0, page, bar);
+        tma_load_5d(smem_addr(dst + 16384 + p * 4096), &vmap, 0, 0, head * 16, 0, page, bar);
+      } else {
+        tma_load_5d(smem_addr(dst + p * 4096), &kmap, 0, 0, 0, head, page, bar);
+        tma_load_5d(smem_addr(dst + 16384 + p * 4096), &vmap, 0, 0, 0, head, page, bar);
+      }
+    }
+  });
+}
+
+// Where modes 4 and 5 land a page: page 0, head 3, copied into shared memory and out to `out` (4 KB).
+template <bool kCoreMatrices>
+__global__ void k_fa4_layout(const __grid_constant__ CUtensorMap map, uint16_t* out) {
+  __shared__ __align__(8) uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbar_init(smem_addr(&bar), 1);
+    fence_barrier_init();
+    mbar_arrive_expect_tx(smem_addr(&bar), 4096);
+    if (kCoreMatrices) tma_load_5d(smem_addr(smem), &map, 0, 0, 3 * 16, 0, 0, smem_addr(&bar));
+    else tma_load_5d(smem_addr(smem), &map, 0, 0, 0, 3, 0, smem_addr(&bar));
+  }
+  __syncthreads();
+  mbar_wait(smem_addr(&bar), 0);
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) out[i] = reinterpret_cast<const uint16_t*>(smem)[i];
+}
+
 __global__ void k_flush(const uint4* buf, size_t n, uint32_t* sink) {
   uint32_t acc = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -166,11 +222,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
 }
 static CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                            const cuuint32_t* box) {
+                            const cuuint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap m{};
   cuuint32_t e[5] = {1, 1, 1, 1, 1};
   const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides, box, e,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::printf("encode failed %d\n", int(r));
@@ -186,6 +242,7 @@ struct Result {
 
 int main(int argc, char** argv) {
   const bool l2 = argc > 1 && std::string(argv[1]) == "--l2";
+  const bool fa_only = argc > 1 && std::string(argv[1]) == "--fa";  // the page modes (3-5) alone
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
@@ -207,6 +264,8 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(k_bulk1d_l2, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_mla, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_fa, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa4<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa4<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_ldg<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   CK(cudaFuncSetAttribute(k_ldg<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
 
@@ -223,6 +282,17 @@ int main(int argc, char** argv) {
   const cuuint32_t fbox[4] = {64, 1, 16, 1};
   const CUtensorMap kmap = make_map(src, 4, fdims, fstr, fbox);
   const CUtensorMap vmap = make_map(src + total / 2, 4, fdims, fstr, fbox);
+  // 4 KB boxes (modes 4, 5): dims (64 dims, 16 slots, 2 halves, 8 heads, pages) with the 128-byte
+  // swizzle, and (8 dims, 8 slots, 128 chunks of 8 dims over the 8 heads, 2 groups of 8 slots, pages)
+  // without it. Strides in bytes, not in increasing order.
+  const cuuint64_t sdims[5] = {64, 16, 2, 8, cuuint64_t(pool)}, sstr[4] = {2048, 128, 256, page_bytes};
+  const cuuint32_t sbox[5] = {64, 16, 2, 1, 1};
+  const CUtensorMap kmap_swz = make_map(src, 5, sdims, sstr, sbox);
+  const CUtensorMap vmap_swz = make_map(src + total / 2, 5, sdims, sstr, sbox);
+  const cuuint64_t cdims[5] = {8, 8, 128, 2, cuuint64_t(pool)}, cstr[4] = {2048, 16, 16384, page_bytes};
+  const cuuint32_t cbox[5] = {8, 8, 16, 2, 1};
+  const CUtensorMap kmap_cm = make_map(src, 5, cdims, cstr, cbox, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const CUtensorMap vmap_cm = make_map(src + total / 2, 5, cdims, cstr, cbox, CU_TENSOR_MAP_SWIZZLE_NONE);
   // Each group of 8 CTAs (one per head) shares a list of pages, shuffled over the pool; a CTA
   // streams 1024 pages of its head (4 KB of K and 4 KB of V each: 8 MB).
   const int fa_per_pages = 1024;
@@ -289,6 +359,48 @@ int main(int argc, char** argv) {
       for (int slots : {2, 4, 6}) {
         row("fa_pages", "l2_16x2KB", slots * 32, ctas, measure(ctas, size_t(fa_per_pages) * 8192, [&] {
               k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+            }));
+      }
+    }
+    return 0;
+  }
+  if (fa_only) {
+    // Page 0 of K holds each element's index in the page ([16 slots][8 heads][128 dims]); the two
+    // maps must land head 3 where the layouts above say.
+    std::vector<uint16_t> pat(16 * 8 * 128);
+    std::iota(pat.begin(), pat.end(), uint16_t{0});
+    CK(cudaMemcpy(src, pat.data(), pat.size() * 2, cudaMemcpyHostToDevice));
+    uint16_t* dout = nullptr;
+    CK(cudaMalloc(&dout, 4096));
+    CK(cudaFuncSetAttribute(k_fa4_layout<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
+    CK(cudaFuncSetAttribute(k_fa4_layout<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
+    for (int cm = 0; cm < 2; ++cm) {
+      if (cm) k_fa4_layout<true><<<1, 128, 8192>>>(kmap_cm, dout);
+      else k_fa4_layout<false><<<1, 128, 8192>>>(kmap_swz, dout);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> got(2048);
+      CK(cudaMemcpy(got.data(), dout, 4096, cudaMemcpyDeviceToHost));
+      int bad = 0;
+      for (int slot = 0; slot < 16; ++slot)
+        for (int dim = 0; dim < 128; ++dim) {
+          const int c = dim / 8, e = dim % 8;
+          const int byte = cm ? (slot / 8) * 2048 + c * 128 + (slot % 8) * 16 + e * 2
+                              : (c / 8) * 2048 + slot * 128 + (((c % 8) ^ (slot % 8)) << 4) + e * 2;
+          bad += got[byte / 2] != uint16_t(slot * 1024 + 3 * 128 + dim);
+        }
+      std::printf("layout,%s,%s\n", cm ? "8x4KB_cm" : "8x4KB_swz", bad ? "WRONG" : "as described");
+    }
+    for (int ctas : {1, 32, 66, 80, 100, sms}) {
+      for (int slots : {2, 3, 4, 6}) {
+        const size_t bytes = size_t(fa_per_pages) * 8192;
+        row("fa_pages", "16x2KB", slots * 32, ctas, measure(ctas, bytes, [&] {
+              k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+            }));
+        row("fa_pages", "8x4KB_swz", slots * 32, ctas, measure(ctas, bytes, [&] {
+              k_fa4<false><<<ctas, 32, size_t(slots) * 32768>>>(kmap_swz, vmap_swz, dlists, fa_per_pages, slots, times);
+            }));
+        row("fa_pages", "8x4KB_cm", slots * 32, ctas, measure(ctas, bytes, [&] {
+              k_fa4<true><<<ctas, 32, size_t(slots) * 32768>>>(kmap_cm, vmap_cm, dlists, fa_per_pages, slots, times);
             }));
       }
     }
