@@ -35,6 +35,13 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
 // The same copy with an L2 cache policy (l2_evict_first_policy) for the lines it brings in.
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar,
                                                  uint64_t policy) {
@@ -75,6 +82,7 @@ __device__ __forceinline__ bool elect_one_sync() {
 #else
 __device__ __forceinline__ bool elect_one_sync() { return (threadIdx.x & 31) == 0; }
 __device__ __forceinline__ void tma_load_4d(uint32_t, const CUtensorMap*, int, int, int, int, uint32_t) {}
+__device__ __forceinline__ void tma_load_5d(uint32_t, const CUtensorMap*, int, int, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_2d(uint32_t, const CUtensorMap*, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d(uint32_t, const CUtensorMap*, int, int, int, uint32_t) {}
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t, const CUtensorMap*, int, int, int, uint32_t, uint64_t) {}

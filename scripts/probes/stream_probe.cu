@@ -130,10 +130,19 @@ __global__ void k_mla(const __grid_constant__ CUtensorMap map, int per_blocks, i
   });
 }
 
-// Mode 3: the FLASH_ATTN paged cache, [pages][16 tokens][8 heads][128] bf16 for K and for V; CTA c
-// streams head c % 8 over its list of (shuffled) pages, stages of 64 keys = 4 pages x 2 halves x
-// (K, V) = 16 boxes of 64 dims x 16 tokens (2 KB), `slots` stages in flight. Each stage's four page
-// indices are loaded from global memory as it is issued (a real producer loads them a stage ahead).
+// Modes 3-5: the FLASH_ATTN paged cache, [pages][16 tokens][8 heads][128] bf16 for K and for V; CTA
+// c streams head c % 8 over its list of (shuffled) pages, stages of 64 keys (4 pages of K and V),
+// `slots` stages in flight. Each stage's four page indices are loaded from global memory as it is
+// issued (a real producer loads them a stage ahead). How a page of K or V arrives:
+// - kBoxes2K (mode 3, FLASH_ATTN's tiles): 2 boxes of 64 dims x 16 tokens (2 KB), 16 per stage;
+// - kSwizzled4K (mode 4): one 4 KB box of both 64-dim halves of the page's 16 rows, 128-byte swizzle,
+//   landing [half][16 rows][128 B] (a page-major tile: the layout P V's N-major V operand can read
+//   with LBO = 2 KB);
+// - kCoreMatrices4K (mode 5): one 4 KB box of the 8 x 16-byte core matrices of the no-swizzle K-major
+//   layout, landing [row group of 8][16 chunks][8 rows][16 B] (LBO 128, SBO 2 KB: a whole tile of
+//   such pages is one descriptor's operand for Q K^T), 16-byte rows, so the engine walks 256 per box.
+enum PageCopy { kBoxes2K, kSwizzled4K, kCoreMatrices4K };
+template <PageCopy kCopy>
 __global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
                      const int* pages, int per_pages, int slots, uint64_t* times) {
   if (threadIdx.x != 0) return;
@@ -145,60 +154,30 @@ __global__ void k_fa(const __grid_constant__ CUtensorMap kmap, const __grid_cons
     uint8_t* dst = smem + size_t(s) * kStage;
     for (int p = 0; p < 4; ++p) {
       const int page = list[st * 4 + p];
-      for (int h = 0; h < 2; ++h) {
-        tma_load_4d(smem_addr(dst + (p * 2 + h) * 2048), &kmap, h * 64, head, 0, page, bar);
-        tma_load_4d(smem_addr(dst + 16384 + (p * 2 + h) * 2048), &vmap, h * 64, head, 0, page, bar);
-      }
-    }
-  });
-}
-
-// Modes 4 and 5: the same pages in 4 KB boxes, one per page of K or V (8 per 64-key stage instead of
-// 16), in the two layouts a tile could take them in (5-D maps of the same cache):
-// - swz: both 64-dim halves of a page's 16 rows, 128-byte swizzle, landing [half][16 rows][128 B]
-//   (a page-major tile: the layout P V's N-major V operand can read with LBO = 2 KB);
-// - cm: the 8 x 16-byte core matrices of the no-swizzle K-major layout, landing [row group of 8][16
-//   chunks][8 rows][16 B] (LBO 128, SBO 2 KB: a whole tile of such pages is one descriptor's
-//   operand for Q K^T), 16-byte rows of the box, so the engine walks 256 of them per box.
-__device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
-                                            uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
-      : "memory");
-}
-template <bool kCoreMatrices>
-__global__ void k_fa4(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                      const int* pages, int per_pages, int slots, uint64_t* times) {
-  if (threadIdx.x != 0) return;
-  constexpr uint32_t kStage = 64 * 128 * 2 * 2;
-  const int head = blockIdx.x % 8;
-  const int* list = pages + size_t(blockIdx.x) * per_pages;
-  stream_ring(per_pages / 4, slots, times, [&](int s, int st, uint32_t bar) {
-    mbar_arrive_expect_tx(bar, kStage);
-    uint8_t* dst = smem + size_t(s) * kStage;
-    for (int p = 0; p < 4; ++p) {
-      const int page = list[st * 4 + p];
-      if (kCoreMatrices) {
-        tma_load_5d(smem_addr(dst + p * 4096), &kmap, 0, 0, head * 16, 0, page, bar);
-        tma_load_5d(smem_addr(dst + 16384 + p * 4096), &vmap, 0, 0, head * 16, 0, page, bar);
-      } else {
-        tma_load_5d(smem_addr(dst + p * 4096), &kmap, 0, 0, 0, head, page, bar);
-        tma_load_5d(smem_addr(dst + 16384 + p * 4096), &vmap, 0, 0, 0, head, page, bar);
+      for (int t = 0; t < 2; ++t) {  // K, then V 16 KB further
+        const CUtensorMap* map = t ? &vmap : &kmap;
+        uint8_t* at = dst + t * 16384 + p * 4096;
+        if (kCopy == kBoxes2K) {
+          for (int h = 0; h < 2; ++h) tma_load_4d(smem_addr(at + h * 2048), map, h * 64, head, 0, page, bar);
+        } else if (kCopy == kSwizzled4K) {
+          tma_load_5d(smem_addr(at), map, 0, 0, 0, head, page, bar);
+        } else {
+          tma_load_5d(smem_addr(at), map, 0, 0, head * 16, 0, page, bar);
+        }
       }
     }
   });
 }
 
 // Where modes 4 and 5 land a page: page 0, head 3, copied into shared memory and out to `out` (4 KB).
-template <bool kCoreMatrices>
-__global__ void k_fa4_layout(const __grid_constant__ CUtensorMap map, uint16_t* out) {
+template <PageCopy kCopy>
+__global__ void k_fa_layout(const __grid_constant__ CUtensorMap map, uint16_t* out) {
   __shared__ __align__(8) uint64_t bar;
   if (threadIdx.x == 0) {
     mbar_init(smem_addr(&bar), 1);
     fence_barrier_init();
     mbar_arrive_expect_tx(smem_addr(&bar), 4096);
-    if (kCoreMatrices) tma_load_5d(smem_addr(smem), &map, 0, 0, 3 * 16, 0, 0, smem_addr(&bar));
+    if (kCopy == kCoreMatrices4K) tma_load_5d(smem_addr(smem), &map, 0, 0, 3 * 16, 0, 0, smem_addr(&bar));
     else tma_load_5d(smem_addr(smem), &map, 0, 0, 0, 3, 0, smem_addr(&bar));
   }
   __syncthreads();
@@ -263,9 +242,9 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(k_bulk1d, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_bulk1d_l2, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_mla, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
-  CK(cudaFuncSetAttribute(k_fa, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
-  CK(cudaFuncSetAttribute(k_fa4<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
-  CK(cudaFuncSetAttribute(k_fa4<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa<kBoxes2K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa<kSwizzled4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_fa<kCoreMatrices4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_ldg<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   CK(cudaFuncSetAttribute(k_ldg<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
 
@@ -358,7 +337,7 @@ int main(int argc, char** argv) {
       }
       for (int slots : {2, 4, 6}) {
         row("fa_pages", "l2_16x2KB", slots * 32, ctas, measure(ctas, size_t(fa_per_pages) * 8192, [&] {
-              k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+              k_fa<kBoxes2K><<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
             }));
       }
     }
@@ -372,11 +351,11 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(src, pat.data(), pat.size() * 2, cudaMemcpyHostToDevice));
     uint16_t* dout = nullptr;
     CK(cudaMalloc(&dout, 4096));
-    CK(cudaFuncSetAttribute(k_fa4_layout<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
-    CK(cudaFuncSetAttribute(k_fa4_layout<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
+    CK(cudaFuncSetAttribute(k_fa_layout<kSwizzled4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
+    CK(cudaFuncSetAttribute(k_fa_layout<kCoreMatrices4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192));
     for (int cm = 0; cm < 2; ++cm) {
-      if (cm) k_fa4_layout<true><<<1, 128, 8192>>>(kmap_cm, dout);
-      else k_fa4_layout<false><<<1, 128, 8192>>>(kmap_swz, dout);
+      if (cm) k_fa_layout<kCoreMatrices4K><<<1, 128, 8192>>>(kmap_cm, dout);
+      else k_fa_layout<kSwizzled4K><<<1, 128, 8192>>>(kmap_swz, dout);
       CK(cudaDeviceSynchronize());
       std::vector<uint16_t> got(2048);
       CK(cudaMemcpy(got.data(), dout, 4096, cudaMemcpyDeviceToHost));
@@ -394,13 +373,13 @@ int main(int argc, char** argv) {
       for (int slots : {2, 3, 4, 6}) {
         const size_t bytes = size_t(fa_per_pages) * 8192;
         row("fa_pages", "16x2KB", slots * 32, ctas, measure(ctas, bytes, [&] {
-              k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+              k_fa<kBoxes2K><<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
             }));
         row("fa_pages", "8x4KB_swz", slots * 32, ctas, measure(ctas, bytes, [&] {
-              k_fa4<false><<<ctas, 32, size_t(slots) * 32768>>>(kmap_swz, vmap_swz, dlists, fa_per_pages, slots, times);
+              k_fa<kSwizzled4K><<<ctas, 32, size_t(slots) * 32768>>>(kmap_swz, vmap_swz, dlists, fa_per_pages, slots, times);
             }));
         row("fa_pages", "8x4KB_cm", slots * 32, ctas, measure(ctas, bytes, [&] {
-              k_fa4<true><<<ctas, 32, size_t(slots) * 32768>>>(kmap_cm, vmap_cm, dlists, fa_per_pages, slots, times);
+              k_fa<kCoreMatrices4K><<<ctas, 32, size_t(slots) * 32768>>>(kmap_cm, vmap_cm, dlists, fa_per_pages, slots, times);
             }));
       }
     }
@@ -436,7 +415,7 @@ int main(int argc, char** argv) {
     }
     for (int slots : {2, 3, 4, 6}) {
       row("fa_pages", "16x2KB", slots * 32, ctas, measure(ctas, size_t(fa_per_pages) * 8192, [&] {
-            k_fa<<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
+            k_fa<kBoxes2K><<<ctas, 32, size_t(slots) * 32768>>>(kmap, vmap, dlists, fa_per_pages, slots, times);
           }));
     }
   }
