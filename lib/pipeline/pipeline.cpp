@@ -26,7 +26,7 @@ std::string build_info() {
 #else
   const char* cuda = "CUDA off";
 #endif
-  return fmt::format("attn-bench {} (git {}, {}, archs {})", ATTN_VERSION, ATTN_GIT_REV, cuda,
+  return fmt::format("attn-bench {} (git {}, {}, archs {})", ATTN_VERSION, git_rev(), cuda,
                      ATTN_CUDA_ARCHS_STR);
 }
 
@@ -274,7 +274,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.checked_pairs = ref.pairs_checked;
       row.quant_rel_l2 = quant_err;
       row.build = build;
-      row.git_rev = ATTN_GIT_REV;
+      row.git_rev = git_rev();
       row.timestamp = timestamp;
       row.device = be->name() == "cpu" ? "host cpu" : opts.device_name;
 

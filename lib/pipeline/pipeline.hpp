@@ -70,6 +70,9 @@ struct BatchSummary {
 };
 BatchSummary summarize_batch(const Batch& b, int num_sms = 132);
 
+// Source revision of this build (`git describe --always --dirty` at build time; "unknown"
+// outside a git checkout). Defined in the build folder's generated/git_rev.cpp.
+const char* git_rev();
 std::string build_info();  // "attn-bench 0.1.0 (git abc, CUDA on, archs 90a)"
 std::string now_iso8601();
 
