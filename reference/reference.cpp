@@ -8,9 +8,11 @@
 #include <string>
 
 #include <Eigen/Dense>
+#include <fmt/format.h>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/parallel.hpp"
 #include "core/values.hpp"
 #include "reference/head_attention.hpp"
@@ -115,6 +117,13 @@ struct WorkUnit {
   double cost = 0;  // rough multiply-adds, for scheduling the largest first
 };
 
+struct UnitBytes {
+  int req = 0;
+  int64_t keys = 0;
+  int values_per_key = 0;
+  double bytes = 0;
+};
+
 class ReferenceRunner {
  public:
   ReferenceRunner(const Batch& b, const Shape& sh, const std::vector<uint8_t>& chosen, Perturbation perturb,
@@ -137,6 +146,21 @@ class ReferenceRunner {
     }
     std::sort(list.begin(), list.end(), [](const WorkUnit& a, const WorkUnit& c) { return a.cost > c.cost; });
     return list;
+  }
+
+  // The largest float64 working set of one unit: its K/V span (MLA: the latent rows, and the
+  // absorbed decode's 576 + 512 columns) and its query rows.
+  UnitBytes largest_unit_bytes(const std::vector<WorkUnit>& list) const {
+    UnitBytes big;
+    for (const WorkUnit& u : list) {
+      const int64_t keys = key_span(u.req).size();
+      int values = sh_.dqk + sh_.dv;
+      if (sh_.mla) values += 2 * b_.spec.mla.kv_lora_rank + b_.spec.mla.qk_rope_head_dim;
+      const double bytes = (static_cast<double>(keys) * values +
+                            2.0 * b_.requests[u.req].query_len * (values + sh_.dv)) * sizeof(double);
+      if (bytes > big.bytes) big = {u.req, keys, values, bytes};
+    }
+    return big;
   }
 
   void run(const WorkUnit& u) const {
@@ -376,7 +400,24 @@ ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) 
   // Units differ in cost by orders of magnitude (a 32k prefill vs a short decode), so workers
   // pull them largest first from a shared counter instead of taking fixed slices.
   const int threads = opts.threads > 0 ? opts.threads : default_threads();
-  const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(units.size()));
+  int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(units.size()));
+  // Each worker holds one unit's K/V span in float64: a long context takes GBs per worker, so
+  // there are no more workers than the memory holds, and a span that does not fit at all fails
+  // here, naming the request, instead of with std::bad_alloc in a worker.
+  if (!units.empty()) {
+    const UnitBytes big = runner.largest_unit_bytes(units);
+    const double outputs = static_cast<double>(rows) * (sh.dv + 1) * sizeof(double) + static_cast<double>(rows);
+    const RequestShape& rq = b.requests[static_cast<size_t>(big.req)];
+    require_host_bytes(outputs + big.bytes,
+                       fmt::format("{}: the float64 reference of request {} (context_len = {}, query_len = {}: "
+                                   "{} keys x {} values per worker, + {} of outputs)",
+                                   b.label, big.req, rq.context_len, rq.query_len, big.keys, big.values_per_key,
+                                   format_bytes(outputs)));
+    const std::size_t avail = available_host_bytes();
+    if (avail > 0)
+      workers = std::clamp<int64_t>(static_cast<int64_t>((static_cast<double>(avail) - outputs) / big.bytes), 1,
+                                    workers);
+  }
   std::atomic<size_t> next{0};
   parallel_for(
       workers,

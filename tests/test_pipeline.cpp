@@ -4,12 +4,14 @@
 // next one, as a serving loop or a graph replay would find.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "core/error.hpp"
 #include "model/scenario.hpp"
 #include "pipeline/pipeline.hpp"
 
@@ -75,6 +77,44 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_EQ(r.status, "fail");
   EXPECT_FALSE(r.deterministic);
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
+}
+
+// A batch larger than the machine's memory fails before allocating, with what it needs and what
+// there is (ATTN_HOST_MEMORY_MB stands in for a small machine): the float64 reference as a runtime
+// error naming the request, the cpu backend's cache as an error row.
+class ScopedHostMemory {
+ public:
+  explicit ScopedHostMemory(const char* mb) { setenv("ATTN_HOST_MEMORY_MB", mb, 1); }
+  ~ScopedHostMemory() { unsetenv("ATTN_HOST_MEMORY_MB"); }
+};
+
+TEST(PipelineCheck, BatchesLargerThanHostMemoryFailWithTheirSize) {
+  {  // 40k keys x 256 float64 values = 82 MB of reference per worker, 164 MB of bf16 cache.
+    const ScopedHostMemory mem("50");
+    const Scenario sc = scenario_from_cli("llama3-8b", "1x1@40000", 3);
+    std::vector<std::unique_ptr<Backend>> registry;
+    registry.push_back(make_cpu_backend());
+    try {
+      run_scenario(sc, registry, check_only("cpu"));
+      FAIL() << "expected the reference to refuse a span larger than the host memory";
+    } catch (const RuntimeError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("request 0 (context_len = 40000, query_len = 1"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("needs 82."), std::string::npos) << msg;
+      EXPECT_NE(msg.find("52.4 MB available"), std::string::npos) << msg;
+    }
+  }
+  {  // The reference fits, the cache does not.
+    const ScopedHostMemory mem("100");
+    const Scenario sc = scenario_from_cli("llama3-8b", "1x1@40000", 3);
+    std::vector<std::unique_ptr<Backend>> registry;
+    registry.push_back(make_cpu_backend());
+    const PipelineResult r = run_scenario(sc, registry, check_only("cpu"));
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_EQ(r.rows[0].status, "error");
+    EXPECT_NE(r.rows[0].reason.find("cpu: the KV cache (2502 blocks of 16 tokens"), std::string::npos) << r.rows[0].reason;
+    EXPECT_NE(r.rows[0].reason.find("needs 164."), std::string::npos) << r.rows[0].reason;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // attn-bench: a thin CLI over the attn library. Each verb lives in cmd_<verb>.cpp.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 #include <fmt/format.h>
 
 #include "commands.hpp"
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
   } catch (const attn::InputError& e) {
     std::fprintf(stderr, "attn-bench: error: %s\n", e.what());
     return attn::kExitInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attn-bench: runtime error: out of host memory (a batch too large for this machine?)\n");
+    return attn::kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn-bench: runtime error: %s\n", e.what());
     return attn::kExitRuntime;

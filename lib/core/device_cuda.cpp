@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/host_memory.hpp"
+
 namespace attn {
 
 // ---- DeviceBuffer ----------------------------------------------------------------------------
@@ -13,8 +15,13 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
     bytes_ = 0;
     ptr_ = nullptr;
     (void)cudaGetLastError();
-    throw RuntimeError("cudaMalloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(err) +
-                       " (" + cudaGetErrorString(err) + ")");
+    std::string free_note;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (err == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+      free_note = "; the device has " + format_bytes(static_cast<double>(free_bytes)) + " free of " +
+                  format_bytes(static_cast<double>(total_bytes));
+    throw RuntimeError("cudaMalloc of " + std::to_string(bytes) + " bytes (" + format_bytes(static_cast<double>(bytes)) +
+                       ") failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")" + free_note);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <new>
 #include <optional>
 #include <fmt/format.h>
 
@@ -420,6 +421,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         outputs.emplace_back(be->name(), std::move(out));
       } catch (const InputError&) {
         throw;
+      } catch (const std::bad_alloc&) {
+        row.status = to_string(RowStatus::error);
+        row.reason = "out of host memory";
       } catch (const std::exception& e) {
         row.status = to_string(RowStatus::error);
         row.reason = e.what();

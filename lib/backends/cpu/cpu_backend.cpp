@@ -14,6 +14,7 @@
 #include "backends/cpu/merge_attn_states.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "model/kv_cache.hpp"
 
 namespace attn {
@@ -71,6 +72,9 @@ class CpuInstance final : public BackendInstance {
     const AttentionSpec& s = b_.spec;
     layout_ = make_cache_layout(b_, cache_format_for(s));
     caches_.resize(static_cast<size_t>(std::max(1, opts_.num_layers)));
+    require_host_bytes(static_cast<double>(layout_.bytes()) * static_cast<double>(caches_.size()),
+                       fmt::format("cpu: the KV cache ({} blocks of {} tokens x {} layer(s))", layout_.num_blocks,
+                                   layout_.block_size, caches_.size()));
     for (auto& cache : caches_) {
       cache.resize(layout_.bytes());
       fill_cache_host(b_, layout_, cache.data());
