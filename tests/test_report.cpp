@@ -89,14 +89,18 @@ ResultRow random_row(std::mt19937_64& rng, int i) {
   }
   const char* statuses[] = {"pass", "fail", "skipped", "error"};
   r.status = statuses[i % 4];
+  r.batch_invariance_checked = rng() & 1;
   return r;
 }
 
 void expect_same_rows(const std::vector<ResultRow>& a, const std::vector<ResultRow>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    for (const ResultColumn& c : kResultColumns)
-      EXPECT_EQ(field_text(a[i], c), field_text(b[i], c)) << "row " << i << " column " << c.name;
+    for (const ResultColumn& c : kResultColumns) {
+      EXPECT_EQ(field_applies(a[i], c), field_applies(b[i], c)) << "row " << i << " column " << c.name;
+      if (field_applies(a[i], c))
+        EXPECT_EQ(field_text(a[i], c), field_text(b[i], c)) << "row " << i << " column " << c.name;
+    }
 }
 
 // ---- CSV ----------------------------------------------------------------------------------
@@ -148,6 +152,7 @@ TEST(ReportCsv, RoundTripIsExact) {
   for (int i = 0; i < 40; ++i) rows.push_back(random_row(rng, i));
   rows[0].median_time_us = std::numeric_limits<double>::infinity();
   rows[1].rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  rows[2].status = "pass";
   rows[2].max_abs_err = 0.1 + 0.2;  // needs 17 digits
   rows[3].tflops = 5e-324;          // the smallest subnormal
   const std::string path = dir.file("results.csv");
@@ -160,6 +165,66 @@ TEST(ReportCsv, RoundTripIsExact) {
   // Every row is one physical line: header + 40.
   const std::string text = slurp(path);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 41);
+}
+
+// A row that was not checked or not timed carries no errors or timings: its cells are empty
+// (CSV) or null (JSON), never the defaults (cosine 1, deterministic true) that read as a pass;
+// batch_invariant is empty wherever that check did not run. Empty cells read back as such.
+TEST(ReportCsv, ColumnsOfChecksThatDidNotRunAreEmpty) {
+  TempDir dir;
+  ResultRow skipped;
+  skipped.scenario = "s";
+  skipped.backend = "flash_attn";
+  skipped.status = "skipped";
+  skipped.reason = "no GPU";
+  skipped.flops = 1e9;
+  ResultRow untimed;
+  untimed.scenario = "s";
+  untimed.backend = "cpu";
+  untimed.status = "pass";
+  untimed.rel_l2 = 1e-3;
+  ResultRow timed = untimed;
+  timed.backend = "cpu2";
+  timed.samples = 3;
+  timed.median_time_us = 7.5;
+  timed.batch_invariance_checked = true;
+  timed.batch_invariant = false;
+  const std::string csv = rows_to_csv({skipped, untimed, timed});
+  const auto cell = [&](int row, const std::string& name) {
+    std::istringstream in(csv);
+    std::string line;
+    for (int i = 0; i <= row + 1; ++i) std::getline(in, line);
+    const std::vector<std::string> names = result_column_names();
+    const size_t col = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+    std::vector<std::string> cells;
+    std::string c;
+    std::istringstream cs(line);
+    while (std::getline(cs, c, ',')) cells.push_back(c);
+    if (!line.empty() && line.back() == ',') cells.push_back("");
+    return col < cells.size() ? cells[col] : std::string("?");
+  };
+  for (const char* name : {"max_abs_err", "cosine", "checked_pairs", "deterministic", "batch_invariant",
+                           "median_time_us", "samples", "tflops"})
+    EXPECT_EQ(cell(0, name), "") << name;
+  EXPECT_EQ(cell(0, "flops"), "1e+09");
+  EXPECT_EQ(cell(1, "rel_l2"), "0.001");
+  EXPECT_EQ(cell(1, "deterministic"), "true");
+  EXPECT_EQ(cell(1, "batch_invariant"), "");
+  EXPECT_EQ(cell(1, "median_time_us"), "");
+  EXPECT_EQ(cell(2, "batch_invariant"), "false");
+  EXPECT_EQ(cell(2, "median_time_us"), "7.5");
+
+  const std::string j = rows_to_json({skipped});
+  EXPECT_NE(j.find("\"cosine\": null"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"deterministic\": null"), std::string::npos) << j;
+
+  write_csv(dir.file("r.csv"), {skipped, untimed, timed});
+  const std::vector<ResultRow> back = read_csv(dir.file("r.csv"));
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_FALSE(back[1].batch_invariance_checked);
+  EXPECT_TRUE(back[2].batch_invariance_checked);
+  EXPECT_FALSE(back[2].batch_invariant);
+  EXPECT_EQ(rows_to_csv(back), csv);
 }
 
 TEST(ReportCsv, ReasonsWithCommasAndQuotesAreQuoted) {
@@ -248,6 +313,7 @@ TEST(ReportJson, SchemaEscapingAndNonFinite) {
   r.scenario = "quote\" back\\ nl\n tab\t ctl\x01 \xc3\xa9";
   r.backend = "cpu";
   r.median_time_us = 12.25;
+  r.samples = 5;
   r.rel_l2 = std::numeric_limits<double>::quiet_NaN();
   r.tflops = std::numeric_limits<double>::infinity();
   r.causal = true;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <string_view>
 #include <type_traits>
 
@@ -67,6 +68,51 @@ std::string format_double(double x) {
   return std::string(buf, end);
 }
 
+namespace {
+
+// Columns [first, last] of kResultColumns, by name (the table's groups are contiguous).
+constexpr size_t column_index(std::string_view name) {
+  for (size_t i = 0; i < kResultColumns.size(); ++i)
+    if (name == kResultColumns[i].name) return i;
+  return kResultColumns.size();
+}
+constexpr size_t kFirstError = column_index("max_abs_err");
+constexpr size_t kLastError = column_index("batch_invariant");
+constexpr size_t kFirstTiming = column_index("plan_us");
+constexpr size_t kLastTiming = column_index("cold_l2");
+constexpr size_t kFirstRate = column_index("tflops");
+constexpr size_t kLastRate = column_index("pct_read_floor");
+static_assert(kFirstError < kLastError && kLastError < kFirstTiming && kFirstTiming < kLastTiming &&
+                  kLastTiming < kFirstRate && kFirstRate < kLastRate && kLastRate < kResultColumns.size(),
+              "the errors and timing groups of kResultColumns moved: update field_applies");
+
+// The column's index when c is an element of kResultColumns (std::less orders any two pointers),
+// else kResultColumns.size().
+size_t index_of(const ResultColumn& c) {
+  const ResultColumn* first = kResultColumns.data();
+  const ResultColumn* end = first + kResultColumns.size();
+  if (std::less<const ResultColumn*>{}(&c, first) || !std::less<const ResultColumn*>{}(&c, end)) return kResultColumns.size();
+  return static_cast<size_t>(&c - first);
+}
+
+bool may_not_apply(size_t i) {
+  return (i >= kFirstError && i <= kLastError) || (i >= kFirstTiming && i <= kLastTiming) ||
+         (i >= kFirstRate && i <= kLastRate);
+}
+
+}  // namespace
+
+bool field_applies(const ResultRow& row, const ResultColumn& c) {
+  const size_t i = index_of(c);
+  if (i >= kResultColumns.size() || !may_not_apply(i)) return true;  // a copy: every column applies
+  const bool checked = row.status == to_string(RowStatus::pass) || row.status == to_string(RowStatus::fail);
+  if (i >= kFirstError && i <= kLastError) {
+    if (!checked) return false;
+    return i != kLastError || row.batch_invariance_checked;
+  }
+  return checked && row.samples > 0;  // timings and rates of a timed row
+}
+
 std::string field_text(const ResultRow& row, const ResultColumn& c) {
   return std::visit(
       [&](auto member) -> std::string {
@@ -86,6 +132,12 @@ std::string field_text(const ResultRow& row, const ResultColumn& c) {
 }
 
 bool set_field(ResultRow& row, const ResultColumn& c, std::string_view text) {
+  if (text.empty() && index_of(c) < kResultColumns.size() && may_not_apply(index_of(c)) &&
+      !std::holds_alternative<std::string ResultRow::*>(c.field)) {
+    if (index_of(c) == kLastError) row.batch_invariance_checked = false;
+    return true;
+  }
+  if (index_of(c) == kLastError) row.batch_invariance_checked = true;
   return std::visit(
       [&](auto member) -> bool {
         auto& v = row.*member;

@@ -103,10 +103,17 @@ inline constexpr std::array<ResultColumn, 70> kResultColumns{{
 // Shortest decimal that reads back to the same double ("inf", "-inf", "nan" when not finite).
 std::string format_double(double x);
 
+// Whether a column holds a value for this row. Rows that were not checked (skipped, error)
+// have no errors, rows that were not timed no timings, and batch_invariant exists only where
+// that check ran: such cells are written empty (CSV) or null (JSON) rather than as defaults
+// (cosine 1, deterministic true) that would read as a check passed.
+bool field_applies(const ResultRow& row, const ResultColumn& c);
+
 // A field's value as text, unescaped: numbers as above, booleans "true"/"false".
 std::string field_text(const ResultRow& row, const ResultColumn& c);
 
-// Sets a field from its text (the inverse of field_text; booleans also accept 1/0).
+// Sets a field from its text (the inverse of field_text; booleans also accept 1/0). An empty
+// cell of a column that may not apply leaves the default (batch_invariant: not checked).
 // Returns false when the text is not a value of the field's type.
 bool set_field(ResultRow& row, const ResultColumn& c, std::string_view text);
 

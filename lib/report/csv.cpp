@@ -95,7 +95,7 @@ std::string rows_to_csv(const std::vector<ResultRow>& rows) {
   for (const ResultRow& r : rows) {
     for (size_t i = 0; i < kResultColumns.size(); ++i) {
       if (i) out += ',';
-      out += escape_csv_cell(field_text(r, kResultColumns[i]));
+      if (field_applies(r, kResultColumns[i])) out += escape_csv_cell(field_text(r, kResultColumns[i]));
     }
     out += '\n';
   }

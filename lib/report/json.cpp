@@ -69,7 +69,11 @@ std::string rows_to_json(const std::vector<ResultRow>& rows) {
       if (i) out += ", ";
       append_json_string(out, kResultColumns[i].name);
       out += ": ";
-      append_json_value(out, rows[r], kResultColumns[i]);
+      if (field_applies(rows[r], kResultColumns[i])) {
+        append_json_value(out, rows[r], kResultColumns[i]);
+      } else {
+        out += "null";
+      }
     }
     out += '}';
   }

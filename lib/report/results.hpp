@@ -40,11 +40,13 @@ struct ResultRow {
   // Per declared feature: its typical bug's effect on this batch in rel_l2 budgets,
   // "soft_cap=12.3 sinks=5.02"; the features below 4 budgets, space-separated.
   std::string sensitivity, not_exercised;
-  double naive_rel_l2_unused_ = 0;  // strict mode: a same-precision naive implementation's rel_l2 (-1 = not run)
   int64_t nan_mismatches = 0, unwritten = 0, checked_pairs = 0, total_pairs = 0;
   std::string worst;  // "req=3 tok=17 pos=2064 head=5 dim=9 got=.. want=.."
   bool deterministic = true;    // two runs bitwise equal
   bool batch_invariant = true;  // requests run alone match their rows inside the batch bitwise
+  // Whether that check ran (not with --no-invariance, nor for a one-request batch); not a
+  // column of its own: where it did not run, batch_invariant is written empty (CSV) or null.
+  bool batch_invariance_checked = false;
   // timing
   double plan_us = 0, median_time_us = 0, min_time_us = 0, max_time_us = 0, stdev_time_us = 0;
   int samples = 0;
