@@ -141,6 +141,59 @@ TEST_F(CliTest, RunWritesResultsAtomicallyAndValidateGates) {
   EXPECT_TRUE(fs::exists(junit));
 }
 
+// Flags and output paths are checked before anything runs: exit 2, a message naming the flag
+// and value (never CLI11's 300-digit bounds), no output file, no silent fallback.
+TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
+  const std::string quick = "validate --model llama3-8b --batch 1x1@16 --backend cpu -q";
+  const std::string out = (dir_ / "ok.csv").string();
+  struct Case {
+    std::string args, says;
+  };
+  fs::create_directories(dir_ / "a_folder.csv");
+  const std::vector<Case> cases = {
+      {quick + " --seed -1", "--seed: -1: not an integer in [0, 2^64)"},
+      {quick + " --seed 99999999999999999999", "not an integer in [0, 2^64)"},
+      {quick + " --check-sample -1", "-1: must be >= 0"},
+      {"run --model llama3-8b --batch 1x1@16 --backend cpu -q --iterations 0", "0: must be >= 1"},
+      {"validate --model llama3-8b --batch 1x1@16 -q --backend ''", "--backend '': no backend named"},
+      {"validate --model llama3-8b --batch 1x1@16 -q --backend ,", "--backend ',': no backend named"},
+      {"run --model llama3-8b --batch 1x1@16 --backend cpu -q --cold-l2 --no-cold-l2", "excludes"},
+      {quick + " -o " + (dir_ / "a_folder.csv").string() + " -o " + out, "a_folder.csv: is a folder"},
+      {quick + " --junit " + (dir_ / "a_folder.csv").string() + " -o " + out, "a_folder.csv: is a folder"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("179769313"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // An unknown backend in a scenario's [run] names the file and key, not a flag never given.
+  const std::string sc = write("b.toml", "seed = 1\n[model]\npreset = \"llama3-8b\"\n[[batch.requests]]\ncount = 1\n"
+                                         "context_len = 16\nquery_len = 1\n[run]\nbackends = [\"nosuch\"]\n");
+  Result r = run_cli("validate -q " + sc);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("b.toml: run.backends = nosuch: unknown backend"), std::string::npos) << r.output;
+  // report verbs: merge names its format, markdown refuses a folder, plot an empty file and a
+  // baseline no row has.
+  ASSERT_EQ(run_cli(quick + " -o " + out).code, 0);
+  r = run_cli("report merge " + out + " -o " + (dir_ / "m.txt").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("must end in .csv or .json"), std::string::npos) << r.output;
+  EXPECT_EQ(run_cli("report markdown " + out + " -o " + (dir_ / "a_folder.csv").string()).code, 2);
+  r = run_cli("report plot " + out + " --baseline nosuch --out " + (dir_ / "fig").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--baseline nosuch: no row"), std::string::npos) << r.output;
+  std::ifstream in(out);
+  std::string header;
+  std::getline(in, header);
+  const std::string empty = write("empty.csv", header + "\n");
+  r = run_cli("report plot " + empty + " --out " + (dir_ / "fig").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no result rows"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "fig"));
+}
+
 TEST_F(CliTest, CompareFailsOnSlowdown) {
   const std::string base = (dir_ / "base.csv").string();
   Result r = run_cli("run " + scenario("quickstart.toml") + " --backend cpu --iterations 2 --warmup 0 -q -o " + base);

@@ -1,5 +1,11 @@
 #include "cli_common.hpp"
 
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 #include "report/text.hpp"
 
@@ -9,8 +15,17 @@ void ScenarioArgs::add_to(CLI::App& cmd) {
   cmd.add_option("scenarios", files, "Scenario files (TOML, see docs/SCENARIOS.md)");
   cmd.add_option("--model", model, "Model preset for a quick batch without a file (see `attn-bench list`)");
   cmd.add_option("--batch", batch, "Compact batch spec COUNTxQUERY@CONTEXT,... e.g. 48x1@2048,2x512@1024");
-  cmd.add_option_function<uint64_t>(
-      "--seed", [this](const uint64_t& s) { seed = s, seed_set = true; }, "Override the scenario seed");
+  // Parsed here, not by CLI11's integer cast, which takes "-1" as 2^64 - 1 and saturates values
+  // past 2^64: a seed in a scenario file must be in [0, 2^64) too.
+  cmd.add_option_function<std::string>(
+         "--seed",
+         [this](const std::string& text) {
+           const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+           if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+             throw CLI::ValidationError("--seed", fmt::format("{}: not an integer in [0, 2^64)", text));
+           seed_set = true;
+         },
+         "Override the scenario seed (an integer in [0, 2^64))");
 }
 
 std::vector<Scenario> ScenarioArgs::load() const {
@@ -24,6 +39,38 @@ std::vector<Scenario> ScenarioArgs::load() const {
   if (seed_set)
     for (Scenario& s : out) s.seed = seed;
   return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void check_output_path(const char* flag, const std::string& path, const std::vector<std::string>& extensions) {
+  if (!extensions.empty() &&
+      std::none_of(extensions.begin(), extensions.end(), [&](const std::string& e) { return ends_with(path, e); })) {
+    std::string list;
+    for (size_t i = 0; i < extensions.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == extensions.size() ? " or " : ", ") + extensions[i];
+    throw InputError(fmt::format("{} {}: the file name must end in {}", flag, path, list));
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{} {}: is a folder (give a file name inside it)", flag, path));
+  const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  if (!std::filesystem::is_directory(dir, ec))
+    throw InputError(fmt::format("{} {}: the folder {} does not exist (create it first)", flag, path, dir.string()));
+}
+
+CLI::Validator at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+          return fmt::format("{}: not an integer", text);
+        return v < min ? fmt::format("{}: must be >= {}", text, min) : std::string();
+      },
+      fmt::format("INT >= {}", min));
 }
 
 void add_format_option(CLI::App& cmd, Format& f) {

@@ -21,6 +21,16 @@ struct ScenarioArgs {
   std::vector<Scenario> load() const;  // InputError on bad input or when none is given
 };
 
+// An output path given with `flag` is checked before anything runs, so that a typo costs no
+// benchmark time: its folder must exist, the path must not be a folder, and its name must end
+// in one of `extensions` (none given: any name). InputError otherwise.
+void check_output_path(const char* flag, const std::string& path, const std::vector<std::string>& extensions = {});
+bool ends_with(const std::string& s, const std::string& suffix);
+
+// Integer flags' ranges with plain messages ("-1: must be >= 0"; CLI11's own number checks
+// print their bounds as 300-digit doubles).
+CLI::Validator at_least(long long min);
+
 enum class Format { table, csv, json };
 void add_format_option(CLI::App& cmd, Format& f);
 

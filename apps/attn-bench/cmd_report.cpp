@@ -3,7 +3,9 @@
 // `attn-bench report plot results.csv --out DIR`: the figures of scripts/plot.py.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "cli_common.hpp"
@@ -36,6 +38,7 @@ void emit(const std::string& text, const std::string& path) {
 }
 
 int run_compare(const CompareArgs& a) {
+  if (!a.output.empty()) check_output_path("--output", a.output);
   CompareOptions opts;
   opts.max_slowdown = parse_slowdown(a.max_slowdown);
   const CompareReport r = compare_results(read_csv(a.base), read_csv(a.next), opts);
@@ -56,6 +59,7 @@ struct MergeArgs {
 };
 
 int run_merge(const MergeArgs& a) {
+  check_output_path("--output", a.output, {".csv", ".json"});
   std::vector<MergeInput> inputs;
   for (const std::string& p : a.inputs) inputs.push_back({p, read_csv(p)});
   MergeOptions opts;
@@ -83,18 +87,33 @@ std::string sh_quote(const std::string& s) {
 }
 
 int run_plot(const PlotArgs& a) {
-  read_csv(a.results);  // a malformed file is an input error named here, before Python starts
+  // Input errors are named here, before Python starts: a malformed or empty file, a baseline
+  // no row has, an output folder that is a file.
+  const std::vector<ResultRow> rows = read_csv(a.results);
+  if (rows.empty()) throw InputError(fmt::format("{}: no result rows to plot", a.results));
+  if (!a.baseline.empty() &&
+      std::none_of(rows.begin(), rows.end(), [&](const ResultRow& r) { return r.backend == a.baseline; })) {
+    std::string known;
+    for (const ResultRow& r : rows)
+      if (known.find(r.backend) == std::string::npos) known += (known.empty() ? "" : ", ") + r.backend;
+    throw InputError(fmt::format("--baseline {}: no row of {} has this backend (backends: {})", a.baseline,
+                                 a.results, known));
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_directory(a.out, ec))
+    throw InputError(fmt::format("--out {}: exists and is not a folder", a.out));
   std::string cmd = sh_quote(ATTN_PLOT_PYTHON) + " " + sh_quote(ATTN_PLOT_SCRIPT) + " " + sh_quote(a.results) +
                     " --out " + sh_quote(a.out);
   if (!a.baseline.empty()) cmd += " --baseline " + sh_quote(a.baseline);
   const int status = std::system(cmd.c_str());
   if (status != 0)
-    throw RuntimeError(fmt::format("report plot: {} failed (status {}); it needs Debian's python3-matplotlib "
-                                   "(scripts/setup.sh installs it)", ATTN_PLOT_SCRIPT, status));
+    throw RuntimeError(fmt::format("report plot: {} failed (status {}; its message is above)", ATTN_PLOT_SCRIPT,
+                                   status));
   return kExitOk;
 }
 
 int run_markdown(const MarkdownArgs& a) {
+  if (!a.output.empty()) check_output_path("--output", a.output);
   emit(results_markdown(read_csv(a.results), a.top), a.output);
   return kExitOk;
 }
@@ -119,7 +138,7 @@ void add_report(CLI::App& app, Commands& c) {
       "markdown", "Markdown summary of a results CSV: counts, a table per backend, slowest and least accurate rows");
   auto m = std::make_shared<MarkdownArgs>();
   md->add_option("results", m->results, "Results CSV (from run, validate or sweep)")->required();
-  md->add_option("--top", m->top, "Rows in the slowest / least accurate lists")->check(CLI::NonNegativeNumber);
+  md->add_option("--top", m->top, "Rows in the slowest / least accurate lists")->check(at_least(0));
   md->add_option("-o,--output", m->output, "Write the markdown here (atomically) instead of stdout");
   md->callback([&c, m] { c.selected = [m] { return run_markdown(*m); }; });
 

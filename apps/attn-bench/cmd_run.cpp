@@ -21,6 +21,7 @@ namespace {
 struct RunArgs {
   ScenarioArgs scenarios;
   std::string backend;  // "a,b" | auto | all
+  bool backend_given = false;
   std::vector<std::string> outputs;
   std::string junit;
   std::optional<int> iterations, warmup;
@@ -45,29 +46,16 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-void check_output_folder(const char* flag, const std::string& path) {
-  const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw InputError(fmt::format("{} {}: the folder {} does not exist (create it first)", flag, path, dir.string()));
-}
-
 int run_verb(const RunArgs& a) {
   const std::vector<Scenario> scenarios = a.scenarios.load();
   // Output paths are checked before anything runs, so a typo costs no benchmark time.
-  for (const std::string& out : a.outputs) {
-    if (!ends_with(out, ".csv") && !ends_with(out, ".json"))
-      throw InputError(fmt::format("--output {}: the file name must end in .csv or .json", out));
-    check_output_folder("--output", out);
-  }
-  if (!a.junit.empty()) check_output_folder("--junit", a.junit);
+  for (const std::string& out : a.outputs) check_output_path("--output", out, {".csv", ".json"});
+  if (!a.junit.empty()) check_output_path("--junit", a.junit);
 
   PipelineOptions opts;
   opts.backends = split_commas(a.backend);
+  if (a.backend_given && opts.backends.empty())
+    throw InputError(fmt::format("--backend '{}': no backend named (auto, all, or names, comma-separated)", a.backend));
   opts.iterations = a.iterations;
   opts.warmup = a.warmup;
   if (a.cold_l2) opts.cold_l2 = true;
@@ -146,9 +134,12 @@ int run_verb(const RunArgs& a) {
 
 void add_common(CLI::App* cmd, RunArgs& a) {
   a.scenarios.add_to(*cmd);
-  cmd->add_option("--backend", a.backend, "Backends: auto (the selector), all, or names (comma-separated)");
+  cmd->add_option_function<std::string>(
+      "--backend", [&a](const std::string& v) { a.backend = v, a.backend_given = true; },
+      "Backends: auto (the selector), all, or names (comma-separated)");
   cmd->add_option("--check-sample", a.check_sample,
-                  "Check at most N (request, head) pairs against the reference (0 = all)");
+                  "Check at most N (request, head) pairs against the reference (0 = all)")
+      ->check(at_least(0));
   cmd->add_option("--cascade", a.cascade, "Cascade attention: auto (vLLM's rule), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_flag("--strict", a.strict,
@@ -164,10 +155,10 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   auto* run = app.add_subcommand("run", "Check and time backends on scenarios; print a table and write results");
   add_common(run, *ra);
   run->add_option("-o,--output", ra->outputs, "Results file(s): .csv or .json (written atomically)");
-  run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(CLI::PositiveNumber);
-  run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(CLI::NonNegativeNumber);
+  run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(at_least(1));
+  run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(at_least(0));
   run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");
-  run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)");
+  run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)")->excludes("--cold-l2");
   run->add_flag("--cuda-graph", ra->cuda_graph, "Time CUDA-graph replays of run()");
   run->add_flag("--no-read-floor", ra->no_read_floor,
                 "Skip the read floor (a bare streaming read of each GPU row's bytes, timed from the same cold L2)");

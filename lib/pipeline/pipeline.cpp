@@ -90,7 +90,7 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
 std::vector<const Backend*> resolve_backends(const std::vector<std::string>& names,
                                              const std::vector<std::unique_ptr<Backend>>& registry,
                                              const AttentionSpec& spec, const Batch& batch,
-                                             std::string* auto_note) {
+                                             std::string* auto_note, const std::string& source) {
   std::vector<const Backend*> out;
   auto add = [&](const Backend* be) {
     if (std::find(out.begin(), out.end(), be) == out.end()) out.push_back(be);
@@ -116,7 +116,7 @@ std::vector<const Backend*> resolve_backends(const std::vector<std::string>& nam
       if (found == nullptr) {
         std::string known;
         for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();
-        throw InputError(fmt::format("--backend {}: unknown backend (known: {}, auto, all)", n, known));
+        throw InputError(fmt::format("{} = {}: unknown backend (known: {}, auto, all)", source, n, known));
       }
       add(found);
     }
@@ -214,7 +214,8 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     const CommonAttentionMetadata meta = build_common_metadata(batch);
     const BatchSummary summary = summarize_batch(batch, ropts.num_sms);
     std::string auto_note;
-    const std::vector<const Backend*> backends = resolve_backends(names, registry, s.spec, batch, &auto_note);
+    const std::vector<const Backend*> backends = resolve_backends(
+        names, registry, s.spec, batch, &auto_note, opts.backends.empty() ? s.file + ": run.backends" : "--backend");
 
     // Support is decided first, so a batch no selected backend can run costs no reference.
     std::vector<Support> support;

@@ -45,11 +45,12 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
                             const PipelineOptions& opts);
 
 // Names `auto`, `all` and backend names resolved against the registry for one batch;
-// an unknown name is an InputError.
+// an unknown name is an InputError naming `source`, where the names came from ("--backend",
+// or "FILE: run.backends").
 std::vector<const Backend*> resolve_backends(const std::vector<std::string>& names,
                                              const std::vector<std::unique_ptr<Backend>>& registry,
                                              const AttentionSpec& spec, const Batch& batch,
-                                             std::string* auto_note);
+                                             std::string* auto_note, const std::string& source = "--backend");
 
 // "describe" facts of one batch.
 struct BatchSummary {
