@@ -547,6 +547,17 @@ TEST(ReportCompare, DuplicateKeysAreAnInputError) {
   CompareOptions bad;
   bad.max_slowdown = -0.1;
   EXPECT_THROW(compare_results({}, {}, bad), InputError);
+  // The message names the file the duplicate came from.
+  CompareOptions named;
+  named.base_name = "base.csv";
+  named.new_name = "runs/new.csv";
+  try {
+    compare_results({}, {timed("a", "cpu", 1), timed("a", "cpu", 2)}, named);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs/new.csv: scenario 'a' backend 'cpu' appears twice"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ReportCompare, WorksOnFilesReadBack) {

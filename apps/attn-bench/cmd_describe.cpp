@@ -65,8 +65,8 @@ int run_describe(const ScenarioArgs& args, Format f) {
                         std::to_string(m.num_decode_tokens), std::to_string(m.num_prefill_tokens),
                         std::to_string(m.max_query_len), std::to_string(m.max_seq_len), std::to_string(m.blocks_used),
                         std::to_string(m.num_blocks), fmt::format("{:.0f}", m.kv_cache_bytes),
-                        std::to_string(m.kv_tokens_read), fmt::format("{:.6g}", m.flops),
-                        fmt::format("{:.6g}", m.bytes), std::to_string(m.common_prefix_len),
+                        std::to_string(m.kv_tokens_read), fmt::format("{:.0f}", m.flops),
+                        fmt::format("{:.0f}", m.bytes), std::to_string(m.common_prefix_len),
                         m.cascade ? "yes" : "no", m.cascade_reason, spec_line(b.spec)});
     }
   }

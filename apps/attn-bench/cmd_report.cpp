@@ -41,6 +41,8 @@ int run_compare(const CompareArgs& a) {
   if (!a.output.empty()) check_output_path("--output", a.output);
   CompareOptions opts;
   opts.max_slowdown = parse_slowdown(a.max_slowdown);
+  opts.base_name = a.base;
+  opts.new_name = a.next;
   const CompareReport r = compare_results(read_csv(a.base), read_csv(a.next), opts);
   emit(a.format == "markdown" ? compare_markdown(r) : format_compare(r), a.output);
   return r.pass ? kExitOk : kExitCheckFailed;

@@ -26,11 +26,11 @@ int status_rank(const std::string& s) {
 
 using Key = std::pair<std::string, std::string>;  // (scenario, backend)
 
-std::map<Key, const ResultRow*> index_rows(const std::vector<ResultRow>& rows, const char* side) {
+std::map<Key, const ResultRow*> index_rows(const std::vector<ResultRow>& rows, const std::string& side) {
   std::map<Key, const ResultRow*> idx;
   for (const ResultRow& r : rows) {
     if (!idx.emplace(Key{r.scenario, r.backend}, &r).second) {
-      throw InputError(fmt::format("{} results: scenario '{}' backend '{}' appears twice (hint: compare files of "
+      throw InputError(fmt::format("{}: scenario '{}' backend '{}' appears twice (hint: compare files of "
                                    "one run each)",
                                    side, r.scenario, r.backend));
     }
@@ -75,8 +75,8 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
   if (!std::isfinite(opts.max_slowdown) || opts.max_slowdown < 0) {
     throw InputError(fmt::format("max_slowdown {} must be a non-negative fraction", opts.max_slowdown));
   }
-  const auto base_idx = index_rows(base, "base");
-  const auto next_idx = index_rows(next, "new");
+  const auto base_idx = index_rows(base, opts.base_name.empty() ? "base results" : opts.base_name);
+  const auto next_idx = index_rows(next, opts.new_name.empty() ? "new results" : opts.new_name);
   CompareReport rep;
   rep.max_slowdown = opts.max_slowdown;
 

@@ -12,6 +12,8 @@ namespace attn {
 
 struct CompareOptions {
   double max_slowdown = 0.05;  // fraction: new median may be at most (1 + x) times the base
+  // The files the two sides came from, named in input errors ("base" and "new" when empty).
+  std::string base_name, new_name;
 };
 
 // "5%" -> 0.05, "0.05" -> 0.05. InputError (naming `what`, e.g. "--max-slowdown") on anything
