@@ -2,6 +2,7 @@
 // The temp file lives in the target's folder, so rename() stays within one file system
 // and is atomic.
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -22,12 +23,41 @@ namespace {
   throw RuntimeError("cannot write " + path + ": " + what + ": " + std::strerror(err));
 }
 
+// The temp file being written, for the signal handler below: an interrupted run (Ctrl-C in a
+// sweep, a job's time limit) leaves no hidden half-written file beside its results. One write
+// at a time holds it; the handler only reads it (unlink is async-signal-safe).
+char g_pending[4096];
+volatile std::sig_atomic_t g_has_pending = 0;
+
+extern "C" void remove_pending_and_reraise(int sig) {
+  if (g_has_pending) ::unlink(g_pending);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_signal_cleanup() {
+  static const bool installed = [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+      if (std::signal(sig, SIG_IGN) != SIG_IGN) std::signal(sig, remove_pending_and_reraise);  // keep an ignored one
+    return true;
+  }();
+  (void)installed;
+}
+
 // Closes and removes the temp file unless committed; never throws.
 struct TempFile {
   std::string path;
   int fd = -1;
   bool committed = false;
+  void hold(const char* p) {
+    path = p;
+    if (path.size() < sizeof(g_pending)) {
+      std::memcpy(g_pending, path.c_str(), path.size() + 1);
+      g_has_pending = 1;
+    }
+  }
   ~TempFile() {
+    g_has_pending = 0;
     if (fd >= 0) ::close(fd);
     if (!committed && !path.empty()) ::unlink(path.c_str());
   }
@@ -41,6 +71,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
 
+  install_signal_cleanup();
   TempFile tmp;
   std::string leaf = ".";  // hidden, so a folder listing does not show half-written results
   leaf += target.filename().string();
@@ -48,9 +79,10 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string templ = (dir / leaf).string();
   std::vector<char> name(templ.begin(), templ.end());
   name.push_back('\0');
+  g_has_pending = 0;
   tmp.fd = ::mkstemp(name.data());
   if (tmp.fd < 0) fail(path, "cannot create a temp file in its folder", errno);
-  tmp.path = name.data();
+  tmp.hold(name.data());
 
   // mkstemp creates 0600; results are meant to be shared: keep an existing file's mode, or 0644.
   struct stat st {};
