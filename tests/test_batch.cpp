@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <random>
 #include <set>
 
@@ -233,6 +236,74 @@ TEST(Batch, ImpossibleShapesAreInputErrors) {
   BatchShape zero_q = mixed_shape();
   zero_q.requests[2].query_len = 0;
   EXPECT_THROW(make_batch(small_spec(), zero_q, 1), InputError);
+}
+
+// ATTN_HOST_MEMORY_MB for one test (the host-memory checks read it instead of /proc/meminfo).
+struct HostMemoryLimit {
+  std::optional<std::string> old;
+  explicit HostMemoryLimit(int mb) {
+    if (const char* v = std::getenv("ATTN_HOST_MEMORY_MB")) old = v;
+    ::setenv("ATTN_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1);
+  }
+  ~HostMemoryLimit() {
+    if (old) ::setenv("ATTN_HOST_MEMORY_MB", old->c_str(), 1);
+    else ::unsetenv("ATTN_HOST_MEMORY_MB");
+  }
+};
+
+// Errors about a shape from a scenario file name the file, the key's line and the full key.
+TEST(Batch, SizeErrorsNameTheScenarioKey) {
+  BatchShape sh = mixed_shape();
+  sh.origin.file = "f.toml";
+  sh.origin.lines["batch.num_blocks"] = 5;
+  sh.num_blocks = 3;
+  try {
+    make_batch(small_spec(), sh, 1);
+    FAIL() << "no error for a cache too small";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("f.toml:5: batch.num_blocks = 3: too small"), std::string::npos) << e.what();
+  }
+  // More cache blocks than int32 block ids number: an input error before anything is allocated.
+  AttentionSpec one = small_spec();
+  one.block_size = 1;
+  BatchShape big;
+  big.label = "big";
+  big.origin.file = "big.toml";
+  big.origin.size_key = "batch.trace.step";
+  big.origin.size_value = "7";
+  big.origin.lines["batch.trace.step"] = 9;
+  big.requests = {{2147483000, 1}, {2147483000, 1}};
+  try {
+    make_batch(one, big, 1);
+    FAIL() << "no error for block ids past int32";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("big.toml:9: batch.trace.step = 7:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4294966003 cache blocks"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("int32 block ids"), std::string::npos) << msg;
+  }
+}
+
+TEST(Batch, ArraysLargerThanHostMemoryAreRuntimeErrorsWithTheirSize) {
+  const HostMemoryLimit limit(8);
+  BatchShape sh;
+  sh.label = "many";
+  sh.origin.file = "m.toml";
+  sh.origin.size_key = "batch.random.num_requests";
+  sh.origin.size_value = "100000";
+  sh.origin.lines["batch.random.num_requests"] = 4;
+  sh.requests.assign(100000, RequestShape{2048, 1});
+  try {
+    make_batch(small_spec(), sh, 1);
+    FAIL() << "no error for a batch larger than host memory";
+  } catch (const RuntimeError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("m.toml:4: batch.random.num_requests = 100000:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("block table 100000 x 129 int32"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("of host memory; 8.4 MB available"), std::string::npos) << msg;
+  }
+  sh.requests.resize(100);  // small batches do not look at host memory at all
+  EXPECT_EQ(make_batch(small_spec(), sh, 1).num_reqs(), 100);
 }
 
 TEST(Batch, Fp8ScaleCalcUsesTheNewTokensMax) {

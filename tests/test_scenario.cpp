@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -184,7 +186,7 @@ sliding_window = 100
 logits_soft_cap = 30
 alibi = true
 sinks = true
-causal = false
+causal = true
 [batch]
 shared_prefix_len = 64
 local_attention_chunk = 128
@@ -195,7 +197,9 @@ count = 3
 context_len = 64
 query_len = 7
 [[batch.requests]]
+count = 1
 context_len = 96
+query_len = 1
 [run]
 backends = ["cpu", "flash_attn"]
 warmup = 3
@@ -233,14 +237,15 @@ sample_pairs = 17
   EXPECT_EQ(m.logits_soft_cap, 30.0f);
   EXPECT_TRUE(m.alibi);
   EXPECT_TRUE(m.sinks);
-  EXPECT_EQ(m.attn_type, AttentionType::encoder_only);
+  EXPECT_EQ(m.attn_type, AttentionType::decoder);
   EXPECT_FALSE(m.use_mla);
   EXPECT_EQ(s.batch.shared_prefix_len, 64);
   EXPECT_EQ(s.batch.local_attention_chunk, 128);
   EXPECT_EQ(s.batch.block_allocation, BlockAllocation::contiguous);
   EXPECT_EQ(s.batch.num_blocks, 500);
   ASSERT_EQ(s.batch.groups.size(), 2u);
-  EXPECT_EQ(s.batch.groups[1].count, 1);  // defaults: one decode
+  EXPECT_EQ(s.batch.groups[1].count, 1);
+  EXPECT_EQ(s.batch.groups[1].context_len, 96);
   EXPECT_EQ(s.batch.groups[1].query_len, 1);
   EXPECT_EQ(s.run.backends, (std::vector<std::string>{"cpu", "flash_attn"}));
   EXPECT_EQ(s.run.warmup, 3);
@@ -462,14 +467,15 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
        {"bad.toml:3:", "model.head_size_v = 0", "positive"}},
       {"zero block size", llama + "block_size = 0\n" + kOneDecode, {"bad.toml:3:", "model.block_size = 0", "positive"}},
       {"negative context",
-       llama + "[[batch.requests]]\ncontext_len = -3\n",
-       {"bad.toml:4:", "batch.requests[0].context_len = -3", ">= 0"}},
+       llama + "[[batch.requests]]\ncount = 1\ncontext_len = -3\nquery_len = 1\n",
+       {"bad.toml:5:", "batch.requests[0].context_len = -3", ">= 0"}},
       {"zero query",
-       llama + kOneDecode + "[[batch.requests]]\nquery_len = 0\n",
-       {"bad.toml:8:", "batch.requests[1].query_len = 0", ">= 1"}},
+       llama + kOneDecode + "[[batch.requests]]\ncount = 1\ncontext_len = 0\nquery_len = 0\n",
+       {"bad.toml:10:", "batch.requests[1].query_len = 0", ">= 1"}},
       {"count < 1", llama + "[[batch.requests]]\ncount = 0\n", {"bad.toml:4:", "batch.requests[0].count = 0", ">= 1"}},
       {"prefix longer than a context",
-       llama + "[batch]\nshared_prefix_len = 64\n" + kOneDecode + "[[batch.requests]]\ncontext_len = 32\n",
+       llama + "[batch]\nshared_prefix_len = 64\n" + kOneDecode +
+           "[[batch.requests]]\ncount = 1\ncontext_len = 32\nquery_len = 1\n",
        {"bad.toml:4:", "batch.shared_prefix_len = 64", "context_len (32) of batch.requests[1]"}},
       {"prefix longer than the random minimum",
        llama + "[batch]\nshared_prefix_len = 64\n[batch.random]\nnum_requests = 4\n"
@@ -585,6 +591,76 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
        llama + "head_size = 64\nhead_size_qk = 64\n" + kOneDecode,
        {"bad.toml:4:", "model.head_size_qk = 64", "not both"}},
       {"TOML syntax error", llama + "num_q_heads = = 3\n" + kOneDecode, {"bad.toml:3:", "TOML syntax error"}},
+      // A group gives all three keys: none silently defaults.
+      {"group without count",
+       llama + "[[batch.requests]]\ncontext_len = 16\nquery_len = 1\n",
+       {"bad.toml:3:", "batch.requests[0]: missing key \"count\"", "count, context_len and query_len"}},
+      {"group without context_len",
+       llama + kOneDecode + "[[batch.requests]]\ncount = 1\nquery_len = 1\n",
+       {"bad.toml:7:", "batch.requests[1]: missing key \"context_len\""}},
+      {"group without query_len",
+       llama + "[[batch.requests]]\ncount = 1\ncontext_len = 5\n",
+       {"bad.toml:3:", "batch.requests[0]: missing key \"query_len\""}},
+      // More outlier channels than K head dims; none on MLA's latent cache.
+      {"outlier channels beyond the head",
+       llama + kOneDecode + "[data]\nk_outlier_channels = 129\n",
+       {"bad.toml:8:", "data.k_outlier_channels = 129", "head_size_qk = 128"}},
+      {"outlier channels with MLA",
+       "[model]\npreset = \"deepseek-v3\"\n" + kOneDecode + "[data]\nk_outlier_channels = 4\n",
+       {"bad.toml:8:", "data.k_outlier_channels = 4", "[model.mla]"}},
+      // Non-causal attention takes neither a window nor a local chunk (both limit the keys before a query).
+      {"non-causal with a window",
+       llama + "causal = false\nsliding_window = 8\n" + kOneDecode,
+       {"bad.toml:3:", "model.causal = false", "no sliding window", "sliding_window = 8, line 4"}},
+      {"non-causal with the preset's window",
+       "[model]\npreset = \"mistral-7b\"\ncausal = false\n" + kOneDecode,
+       {"bad.toml:3:", "model.causal = false", "sliding_window = 4096, from the preset"}},
+      {"non-causal with a local chunk",
+       llama + "causal = false\n[batch]\nlocal_attention_chunk = 16\n" + kOneDecode,
+       {"bad.toml:3:", "model.causal = false", "local_attention_chunk = 16, line 5"}},
+      // max_steps only means something with step = "all".
+      {"max_steps with a numeric step",
+       llama + "[batch.trace]\nfile = \"traces/azure_llm_2023_conv.csv\"\nstep = 3\nmax_steps = 2\n",
+       {"bad.toml:6:", "batch.trace.max_steps = 2", "only applies with step = \"all\"", "step = 3"}},
+      {"max_steps without step",
+       llama + "[batch.trace]\nfile = \"traces/azure_llm_2023_conv.csv\"\nmax_steps = 2\n",
+       {"bad.toml:5:", "batch.trace.max_steps = 2", "only applies with step = \"all\""}},
+      // Sizes the batch's int32 arrays cannot hold: input errors at parse time, before any allocation.
+      {"count overflows the block ids",
+       llama + "[[batch.requests]]\ncount = 2000000000\ncontext_len = 16\nquery_len = 1\n",
+       {"bad.toml:4:", "batch.requests[0].count = 2000000000", "4000000001 cache blocks", "int32 block ids"}},
+      {"count overflows query_start_loc",
+       llama + "[[batch.requests]]\ncount = 2147483647\ncontext_len = 0\nquery_len = 256\n",
+       {"bad.toml:4:", "batch.requests[0].count = 2147483647", "549755813632 new tokens", "query_start_loc"}},
+      {"long contexts overflow the block ids",
+       llama + "[[batch.requests]]\ncount = 65536\ncontext_len = 1000000\nquery_len = 1\n",
+       {"bad.toml:4:", "batch.requests[0].count = 65536", "4096065537 cache blocks"}},
+      {"long queries overflow query_start_loc",
+       llama + "[[batch.requests]]\ncount = 2\ncontext_len = 16\nquery_len = 2147483000\n",
+       {"bad.toml:4:", "batch.requests[0].count = 2", "4294966000 new tokens", "query_start_loc"}},
+      {"groups overflow query_start_loc together",
+       llama + "[[batch.requests]]\ncount = 1\ncontext_len = 0\nquery_len = 2000000000\n"
+               "[[batch.requests]]\ncount = 1\ncontext_len = 0\nquery_len = 2000000000\n",
+       {"bad.toml:8:", "batch.requests[1].count = 1", "over batch.requests[0..1]"}},
+      {"num_blocks too small for the groups",
+       llama + "[batch]\nnum_blocks = 2\n" + kOneDecode,
+       {"bad.toml:4:", "batch.num_blocks = 2", "too small", "needs 11 blocks"}},
+      {"num_blocks beyond int32",
+       llama + "[batch]\nnum_blocks = 3000000000\n" + kOneDecode,
+       {"bad.toml:4:", "batch.num_blocks = 3000000000", "int32"}},
+      {"random context + query overflow",
+       llama + "[batch.random]\nnum_requests = 1\ncontext_len = 2147483647\n",
+       {"bad.toml:5:", "batch.random.context_len = 2147483647", "32-bit sequence length"}},
+      {"random uniform context + query overflow",
+       llama + "[batch.random]\nnum_requests = 1\ncontext_len = { dist = \"uniform\", min = 2147483000, max = 2147483647 }\n"
+               "query_len = 1000\n",
+       {"bad.toml:5:", "batch.random.context_len", "up to 2147483647", "(up to 1000)"}},
+      {"random query overflow",
+       llama + "[batch.random]\nnum_requests = 2\ncontext_len = 16\nquery_len = 2147483647\n",
+       {"bad.toml:6:", "batch.random.query_len = 2147483647", "32-bit sequence length"}},
+      {"random requests overflow the block ids",
+       llama + "[batch.random]\nnum_requests = 2000000000\ncontext_len = 16\n",
+       {"bad.toml:4:", "batch.random.num_requests = 2000000000", "cache blocks", "int32 block ids"}},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.label);
@@ -622,6 +698,75 @@ TEST(ScenarioErrors, LoadScenarioReportsTheFilePathAndResolvesTraces) {
   expect_has(msg, bad.string() + ":3:");
   expect_has(msg, "model.block_size = 0");
   fs::remove_all(dir);
+}
+
+Scenario random_scenario(uint64_t seed, const std::string& context, const std::string& query, int n = 200);
+std::vector<RequestShape> random_shapes(const Scenario& s);
+
+// ---- batch sizes against host memory -----------------------------------------------------------
+
+// ATTN_HOST_MEMORY_MB for one test (the host-memory checks read it instead of /proc/meminfo).
+struct HostMemoryLimit {
+  std::optional<std::string> old;
+  explicit HostMemoryLimit(int mb) {
+    if (const char* v = std::getenv("ATTN_HOST_MEMORY_MB")) old = v;
+    ::setenv("ATTN_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1);
+  }
+  ~HostMemoryLimit() {
+    if (old) ::setenv("ATTN_HOST_MEMORY_MB", old->c_str(), 1);
+    else ::unsetenv("ATTN_HOST_MEMORY_MB");
+  }
+};
+
+std::string runtime_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  return "<no RuntimeError>";
+}
+
+TEST(ScenarioLimits, BatchesLargerThanHostMemoryFailBeforeTheyAreBuilt) {
+  const HostMemoryLimit limit(64);
+  const std::string llama = "[model]\npreset = \"llama3-8b\"\n";
+  const Scenario g =
+      parse_scenario(llama + "[[batch.requests]]\ncount = 20000000\ncontext_len = 16\nquery_len = 1\n", "big.toml");
+  std::string msg = runtime_error_of([&] { expand_shapes(g); });
+  expect_has(msg, "big.toml:4: batch.requests[0].count = 20000000:");
+  expect_has(msg, "block table 20000000 x 2 int32");
+  expect_has(msg, "of host memory");
+  expect_has(msg, "available");
+
+  const Scenario r = parse_scenario(llama + "[batch.random]\nnum_requests = 20000000\ncontext_len = 16\n", "rnd.toml");
+  msg = runtime_error_of([&] { expand_shapes(r); });
+  expect_has(msg, "rnd.toml:4: batch.random.num_requests = 20000000:");
+  expect_has(msg, "of host memory");
+
+  const Scenario c = scenario_from_cli("llama3-8b", "20000000x1@16");
+  msg = runtime_error_of([&] { expand_shapes(c); });
+  expect_has(msg, "<cli>: --batch = 20000000x1@16:");
+  expect_has(msg, "of host memory");
+  // What fits still expands.
+  EXPECT_EQ(expand_shapes(scenario_from_cli("llama3-8b", "1000x1@16"))[0].requests.size(), 1000u);
+}
+
+TEST(ScenarioLimits, RandomDrawsAreCheckedExactlyBeforeTheyAreStored) {
+  // The least these can draw fits (8 tokens); what they do draw overflows int32 query_start_loc.
+  const Scenario s = random_scenario(1, "0", "{ dist = \"uniform\", min = 1, max = 2000000000 }", 8);
+  const std::string msg = error_of([&] { expand_shapes(s); });
+  expect_has(msg, "rand.toml:5: batch.random.num_requests = 8:");
+  expect_has(msg, "query_start_loc");
+  // Block ids: 4 requests of up to 2e9 tokens in blocks of one token each.
+  const Scenario b = parse_scenario(
+      "[model]\npreset = \"llama3-8b\"\nblock_size = 1\n[batch.random]\nnum_requests = 4\n"
+      "context_len = { dist = \"uniform\", min = 0, max = 2000000000 }\n",
+      "blk.toml");
+  expect_has(error_of([&] { expand_shapes(b); }), "blk.toml:5: batch.random.num_requests = 4:");
+  // An unbounded lognormal above its cap keeps its min (no inverted clamp).
+  for (const RequestShape& r :
+       random_shapes(random_scenario(2, "{ dist = \"lognormal\", mean = 10, min = 600000000 }", "1", 3)))
+    EXPECT_EQ(r.context_len, 600000000);
 }
 
 // ---- compact spec and CLI scenarios ----------------------------------------------------------
@@ -721,7 +866,7 @@ query_len = 9
   EXPECT_EQ(b.requests[2].seq_len(), 41);
 }
 
-Scenario random_scenario(uint64_t seed, const std::string& context, const std::string& query, int n = 200) {
+Scenario random_scenario(uint64_t seed, const std::string& context, const std::string& query, int n) {
   return parse_scenario("seed = " + std::to_string(seed) +
                             "\n[model]\npreset = \"llama3-8b\"\n[batch.random]\nnum_requests = " + std::to_string(n) +
                             "\ncontext_len = " + context + "\nquery_len = " + query + "\n",

@@ -2,13 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "model/batch.hpp"
 #include "model/trace.hpp"
 
 namespace attn {
@@ -285,6 +288,78 @@ TEST(Trace, TraceShapesOneStepAllStepsAndTooFar) {
   EXPECT_EQ(last[0].requests[0].query_len, 1);
   EXPECT_EQ(last[0].requests[1].context_len, 0);
   EXPECT_EQ(last[0].requests[1].query_len, 20);
+}
+
+// A trace scenario file over `csv`, with these [batch.trace] keys after `file` (line 5 on).
+Scenario trace_file_scenario(const TempDir& dir, const std::string& csv, const std::string& keys) {
+  dir.write("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + csv);
+  return parse_scenario("[model]\npreset = \"llama3-8b\"\n[batch.trace]\nfile = \"t.csv\"\n" + keys, "tr.toml",
+                        dir.path.string());
+}
+
+TEST(Trace, HugeMaxNumSeqsReplaysWithoutReservingThatMany) {
+  TempDir dir;
+  // It once reserved max_num_seqs running slots: 2^31 - 1 of them ran out of host memory.
+  const Scenario s = trace_file_scenario(dir, "0,100,3\n0.01,50,2\n0.02,20,5\n",
+                                         "max_num_batched_tokens = 64\nmax_num_seqs = 2147483647\nstep = 1\n");
+  const std::vector<BatchShape> shapes = expand_shapes(s);
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0].requests.size(), 2u);
+}
+
+TEST(Trace, ScenarioErrorsNameFileLineAndFullKey) {
+  TempDir dir;
+  const std::string csv = "0,100,3\n0.01,50,2\n0.02,20,5\n";
+  Scenario s = trace_file_scenario(dir, csv, "max_num_batched_tokens = 64\nmax_num_seqs = 8\nstep = 1000\n");
+  try {
+    expand_shapes(s);
+    FAIL() << "no error for a step past the end";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tr.toml:7: batch.trace.step = 1000: the trace drains after"), std::string::npos) << msg;
+  }
+  // A trace key out of range names itself.
+  try {
+    trace_file_scenario(dir, csv, "max_num_seqs = 2147483648\n");
+    FAIL() << "no error for max_num_seqs past int32";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tr.toml:5: batch.trace.max_num_seqs = 2147483648"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Trace, CsvRowsWhoseLastDecodeOverflowsAreErrors) {
+  TempDir dir;
+  const std::string path =
+      dir.write("o.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,3\n1,2147483000,1000\n");
+  try {
+    load_trace_csv(path);
+    FAIL() << "no error for prompt + output past int32";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path + ":3: GeneratedTokens = 1000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("32-bit sequence length"), std::string::npos) << msg;
+  }
+}
+
+TEST(Trace, StepTooLargeForHostMemoryNamesTheStep) {
+  TempDir dir;
+  const Scenario s = trace_file_scenario(dir, "0,67108864,1\n", "max_num_batched_tokens = 67108864\nstep = 0\n");
+  const std::vector<BatchShape> shapes = expand_shapes(s);
+  ASSERT_EQ(shapes.size(), 1u);
+  const char* old = std::getenv("ATTN_HOST_MEMORY_MB");
+  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  ::setenv("ATTN_HOST_MEMORY_MB", "64", 1);
+  std::string msg = "<no RuntimeError>";
+  try {
+    make_batch(s.spec, shapes[0], s.seed);
+  } catch (const RuntimeError& e) {
+    msg = e.what();
+  }
+  if (saved) ::setenv("ATTN_HOST_MEMORY_MB", saved->c_str(), 1);
+  else ::unsetenv("ATTN_HOST_MEMORY_MB");
+  EXPECT_NE(msg.find("tr.toml:6: batch.trace.step = 0:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("of host memory"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "core/dtype_convert.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/parallel.hpp"
 
 namespace attn {
@@ -163,18 +164,115 @@ void resolve_data(Batch& b, const DataConfig& d) {
 
 // ---- make_batch ----------------------------------------------------------------------------------
 
+namespace {
+
+// An InputError naming the scenario file and the line of `key` where the shape came from a file,
+// else the batch's label at line 0.
+InputError shape_error(const BatchShape& shape, const std::string& key, const std::string& value,
+                       const std::string& what, const std::string& hint = {}) {
+  const BatchOrigin& o = shape.origin;
+  return InputError(
+      input_error_message(o.file.empty() ? where(shape) : o.file, o.line(key), key, value, what, hint));
+}
+
+// The key that sizes the batch (named by errors about its size).
+InputError size_error(const BatchShape& shape, const std::string& what, const std::string& hint) {
+  const BatchOrigin& o = shape.origin;
+  if (o.size_key.empty())
+    return shape_error(shape, "requests", std::to_string(shape.requests.size()), what, hint);
+  return shape_error(shape, o.size_key, o.size_value, what, hint);
+}
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+}  // namespace
+
+BatchSize batch_size_of(const std::vector<RequestShape>& requests, int block_size, int shared_prefix_len) {
+  BatchSize z;
+  const int64_t shared = shared_prefix_len / block_size;
+  z.num_reqs = static_cast<int64_t>(requests.size());
+  z.used_blocks = shared;
+  for (const RequestShape& rq : requests) {
+    const int64_t nb = (static_cast<int64_t>(rq.context_len) + rq.query_len + block_size - 1) / block_size;
+    z.num_tokens += rq.query_len;
+    z.used_blocks += nb - shared;
+    z.max_blocks_per_req = std::max(z.max_blocks_per_req, nb);
+  }
+  return z;
+}
+
+double batch_host_bytes(const BatchSize& z, int64_t num_blocks, bool shuffled) {
+  const double n = static_cast<double>(z.num_reqs), used = static_cast<double>(z.used_blocks);
+  double bytes = n * (2 * sizeof(RequestShape) + sizeof(int32_t) /* query_start_loc */ + sizeof(int) /* blocks_of */);
+  bytes += n * static_cast<double>(z.max_blocks_per_req) * sizeof(int32_t);  // block table
+  bytes += static_cast<double>(z.num_tokens) * sizeof(int64_t);               // slot mapping
+  bytes += used * sizeof(int32_t);                                            // physical block ids
+  if (shuffled) {  // the shuffle's scratch: every id of the pool, or a map of the displaced ones
+    const double pool = static_cast<double>(std::max<int64_t>(num_blocks - 1, 0));
+    bytes += pool <= 4 * used ? pool * sizeof(int32_t) : used * 48.0;
+  }
+  return bytes;
+}
+
+void check_batch_size(const BatchShape& shape, const BatchSize& z, int block_size) {
+  const std::string size = std::to_string(z.num_reqs) + " requests, " + std::to_string(z.num_tokens) + " new tokens";
+  if (z.num_tokens > kInt32Max)
+    throw size_error(shape,
+                     "the batch (" + size + ") has more new tokens than int32 query_start_loc holds (2147483647)",
+                     "fewer requests or shorter queries");
+  const int64_t needed = z.used_blocks + 1;  // + the null block 0
+  if (needed > kInt32Max)
+    throw size_error(shape,
+                     "the batch (" + size + ") needs " + std::to_string(needed) + " cache blocks of " +
+                         std::to_string(block_size) +
+                         " tokens (null block 0 included), more than int32 block ids number (2147483647)",
+                     "fewer or shorter requests, or a larger block_size");
+  if (shape.num_blocks != 0 && shape.num_blocks < needed)
+    throw shape_error(shape, "batch.num_blocks", std::to_string(shape.num_blocks),
+                      "too small: the batch needs " + std::to_string(needed) + " blocks (null block 0 included)",
+                      "use num_blocks = 0 for just enough");
+  if (shape.num_blocks > kInt32Max)
+    throw shape_error(shape, "batch.num_blocks", std::to_string(shape.num_blocks),
+                      "does not fit the int32 block ids of the block table (at most 2147483647)");
+  const int64_t num_blocks = shape.num_blocks != 0 ? shape.num_blocks : needed;
+  const double bytes = batch_host_bytes(z, num_blocks, shape.block_allocation == BlockAllocation::shuffled);
+  if (bytes < 16e6) return;  // not worth a look at /proc/meminfo
+  const BatchOrigin& o = shape.origin;
+  const std::string key = o.size_key.empty() ? "requests" : o.size_key;
+  const std::string value = o.size_key.empty() ? std::to_string(z.num_reqs) : o.size_value;
+  require_host_bytes(bytes, input_error_message(o.file.empty() ? where(shape) : o.file, o.line(key), key, value,
+                                                "the batch (" + size + "; block table " + std::to_string(z.num_reqs) +
+                                                    " x " + std::to_string(z.max_blocks_per_req) +
+                                                    " int32, slot mapping, per-request arrays)"));
+}
+
 Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed) {
-  const std::string src = where(shape);
   if (spec.block_size <= 0)
-    throw InputError(input_error_message(src, 0, "block_size", std::to_string(spec.block_size), "must be > 0"));
+    throw shape_error(shape, "model.block_size", std::to_string(spec.block_size), "must be > 0");
   if (shape.shared_prefix_len < 0 || shape.shared_prefix_len % spec.block_size != 0)
-    throw InputError(input_error_message(src, 0, "shared_prefix_len", std::to_string(shape.shared_prefix_len),
-                                         "must be a non-negative multiple of block_size (" +
-                                             std::to_string(spec.block_size) + ")",
-                                         "shared prefixes are shared as whole blocks"));
+    throw shape_error(shape, "batch.shared_prefix_len", std::to_string(shape.shared_prefix_len),
+                      "must be a non-negative multiple of block_size (" + std::to_string(spec.block_size) + ")",
+                      "shared prefixes are shared as whole blocks");
   if (shape.local_attention_chunk < 0)
-    throw InputError(input_error_message(src, 0, "local_attention_chunk", std::to_string(shape.local_attention_chunk),
-                                         "must be >= 0"));
+    throw shape_error(shape, "batch.local_attention_chunk", std::to_string(shape.local_attention_chunk),
+                      "must be >= 0");
+  if (shape.requests.size() > static_cast<size_t>(kInt32Max))
+    throw size_error(shape, "more than 2147483647 requests", "fewer requests");
+  for (size_t r = 0; r < shape.requests.size(); ++r) {
+    const RequestShape& rq = shape.requests[r];
+    if (rq.context_len < 0 || rq.query_len < 1 || static_cast<int64_t>(rq.context_len) + rq.query_len > kInt32Max)
+      throw shape_error(shape, "request " + std::to_string(r),
+                        std::to_string(rq.query_len) + "@" + std::to_string(rq.context_len),
+                        "needs context_len >= 0, query_len >= 1 and their sum within int32");
+    if (rq.context_len < shape.shared_prefix_len)
+      throw shape_error(shape, "batch.shared_prefix_len", std::to_string(shape.shared_prefix_len),
+                        "exceeds the context_len " + std::to_string(rq.context_len) + " of request " +
+                            std::to_string(r),
+                        "the shared prefix must already be in every request's cache");
+  }
+  // Everything below is sized by the batch: check it fits int32 indices and host memory first.
+  const BatchSize size = batch_size_of(shape.requests, spec.block_size, shape.shared_prefix_len);
+  check_batch_size(shape, size, spec.block_size);
 
   Batch b;
   b.label = shape.label;
@@ -189,27 +287,11 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
   if (b.spec.scale == 0.0f) b.spec.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_size_qk));
 
   const int n = b.num_reqs();
-  for (int r = 0; r < n; ++r) {
-    const RequestShape& rq = b.requests[r];
-    if (rq.context_len < 0 || rq.query_len < 1)
-      throw InputError(input_error_message(src, 0, "request " + std::to_string(r),
-                                           std::to_string(rq.query_len) + "@" + std::to_string(rq.context_len),
-                                           "needs context_len >= 0 and query_len >= 1"));
-    if (rq.context_len < b.shared_prefix_len)
-      throw InputError(input_error_message(src, 0, "shared_prefix_len", std::to_string(b.shared_prefix_len),
-                                           "exceeds the context_len " + std::to_string(rq.context_len) +
-                                               " of request " + std::to_string(r),
-                                           "the shared prefix must already be in every request's cache"));
-  }
-
-  // query_start_loc: tokens are flattened in batch order.
+  // query_start_loc: tokens are flattened in batch order (the total fits int32: checked above).
   b.query_start_loc.assign(static_cast<size_t>(n) + 1, 0);
   int64_t total_tokens = 0;
   for (int r = 0; r < n; ++r) {
     total_tokens += b.requests[r].query_len;
-    if (total_tokens > std::numeric_limits<int32_t>::max())
-      throw InputError(input_error_message(src, 0, "requests", std::to_string(total_tokens) + " tokens",
-                                           "too many new tokens for int32 query_start_loc"));
     b.query_start_loc[r + 1] = static_cast<int32_t>(total_tokens);
   }
 
@@ -267,20 +349,8 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
     used += nb - shared;
     max_blocks = std::max(max_blocks, blocks_of[r]);
   }
-  const int64_t needed = used + 1;  // + the null block 0
-  if (shape.num_blocks == 0) {
-    b.num_blocks = needed;
-  } else if (shape.num_blocks < needed) {
-    throw InputError(input_error_message(src, 0, "num_blocks", std::to_string(shape.num_blocks),
-                                         "too small: the batch needs " + std::to_string(needed) +
-                                             " blocks (null block 0 included)",
-                                         "use num_blocks = 0 for just enough"));
-  } else {
-    b.num_blocks = shape.num_blocks;
-  }
-  if (b.num_blocks > std::numeric_limits<int32_t>::max())
-    throw InputError(input_error_message(src, 0, "num_blocks", std::to_string(b.num_blocks),
-                                         "does not fit the int32 block table"));
+  // Sizes checked by check_batch_size: the ids fit int32 and num_blocks holds them all.
+  b.num_blocks = shape.num_blocks == 0 ? used + 1 : shape.num_blocks;
 
   // Physical ids handed out in allocation order (shared prefix first, then request by request).
   // Shuffled: the first `used` draws of a seeded Fisher-Yates shuffle of 1..num_blocks-1, so

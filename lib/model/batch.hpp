@@ -70,8 +70,24 @@ struct Batch {
   float w_uv(int head, int c, int d) const;  // c < kv_lora_rank, d < v_head_dim
 };
 
+// The sizes a batch's arrays follow (block table num_reqs x max_blocks_per_req, slot mapping
+// num_tokens, used_blocks physical blocks without the null block).
+struct BatchSize {
+  int64_t num_reqs = 0, num_tokens = 0, max_blocks_per_req = 0, used_blocks = 0;
+};
+BatchSize batch_size_of(const std::vector<RequestShape>& requests, int block_size, int shared_prefix_len);
+// Host bytes of make_batch's own arrays for a batch of that size (the shape's request list and
+// the batch's copy, query_start_loc, block table, slot mapping, the block allocator's scratch).
+double batch_host_bytes(const BatchSize& size, int64_t num_blocks, bool shuffled);
+// Before anything is allocated: InputError when the sizes do not fit the int32 indices (new
+// tokens in query_start_loc, block ids with the null block) or num_blocks is too small;
+// RuntimeError (require_host_bytes) when the arrays would not fit this machine's memory. The
+// messages name shape.origin's file, line and key (its size_key for the batch's size).
+void check_batch_size(const BatchShape& shape, const BatchSize& size, int block_size);
+
 // Builds paging (block allocator, block table, slot mapping) and resolves scales.
-// Throws InputError on impossible shapes (e.g. num_blocks too small, prefix > context).
+// Throws InputError on impossible shapes (e.g. num_blocks too small, prefix > context) and
+// RuntimeError when the batch's arrays do not fit host memory (check_batch_size).
 Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed);
 
 // Work of one attention call over the batch: FLOPs count only unmasked (q, k) pairs

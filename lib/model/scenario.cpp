@@ -220,6 +220,7 @@ struct ModelOrigin {
   bool block_size_explicit = false;
   Where preset;
   int local_attention_chunk = 0;  // from the preset
+  std::optional<Where> causal, sliding_window;  // when written
 };
 
 // An fp8 scale: a positive number, or "calc" (resolved over the batch by make_batch). `over`
@@ -354,15 +355,17 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
     }
   }
   if (const auto f = m.integer_in("sliding_window", 0, "must be >= 0 (0 = off)"))
-    spec.sliding_window = static_cast<int>(f->value);
+    spec.sliding_window = static_cast<int>(f->value), o.sliding_window = f->where;
   if (const auto f = m.number("logits_soft_cap")) {
     if (f->value < 0.0) fail(file, f->where, "must be >= 0 (0 = off)");
     spec.logits_soft_cap = static_cast<float>(f->value);
   }
   if (const auto f = m.boolean("alibi")) spec.alibi = f->value;
   if (const auto f = m.boolean("sinks")) spec.sinks = f->value;
-  if (const auto f = m.boolean("causal"))
+  if (const auto f = m.boolean("causal")) {
     spec.attn_type = f->value ? AttentionType::decoder : AttentionType::encoder_only;
+    o.causal = f->where;
+  }
 
   if (const toml::table* t = m.table("mla")) {
     const Section ml(file, *t, "model.mla", {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"});
@@ -460,18 +463,34 @@ LengthDist parse_dist(const Section& parent, std::string_view key, int lo) {
   return d;
 }
 
-// The shortest context a distribution can draw (the shared prefix must fit in it).
+// The shortest length a distribution can draw (the shared prefix must fit in it).
 int min_length(const LengthDist& d) { return d.kind == LengthDist::Kind::fixed ? d.value : d.min; }
 
-struct BatchOrigin {
-  std::optional<Field<int64_t>> shared_prefix_len, local_attention_chunk;
-  std::vector<Where> group_context;  // [num_groups] where each group's context_len was set
-  Where random_context;
+// The longest length a distribution can draw (context + query must fit an int32 sequence length).
+int64_t max_length(const LengthDist& d) {
+  switch (d.kind) {
+    case LengthDist::Kind::fixed:
+      return d.value;
+    case LengthDist::Kind::uniform:
+      return d.max;
+    case LengthDist::Kind::lognormal:
+      return d.max > 0 ? d.max : std::max<int64_t>(d.min, kLognormalUnboundedMax);
+  }
+  return d.value;
+}
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// Where each batch key was written (for the checks that tie it to [model]).
+struct BatchKeys {
+  std::optional<Field<int64_t>> shared_prefix_len, local_attention_chunk, num_blocks;
+  std::vector<Where> group_context, group_count;  // [num_groups]
+  Where random_context, random_num_requests;
   Where source;  // the request source's table
 };
 
-BatchOrigin parse_batch(const std::string& file, const Section& top, const std::string& base_dir, Scenario& s) {
-  BatchOrigin o;
+BatchKeys parse_batch(const std::string& file, const Section& top, const std::string& base_dir, Scenario& s) {
+  BatchKeys o;
   const toml::table* tbl = top.table("batch");
   if (tbl == nullptr)
     fail(file, Where{"batch", 0, {}}, "missing [batch]",
@@ -480,15 +499,24 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
       file, *tbl, "batch",
       {"shared_prefix_len", "local_attention_chunk", "block_allocation", "num_blocks", "requests", "random", "trace"});
   BatchConfig& bc = s.batch;
+  auto note = [&bc](const Where& w) { bc.origin.lines[w.key] = w.line; };
+  note(b.self());
   o.shared_prefix_len = b.integer_in("shared_prefix_len", 0, "must be >= 0 (0 = no shared prefix)");
-  if (o.shared_prefix_len) bc.shared_prefix_len = static_cast<int>(o.shared_prefix_len->value);
+  if (o.shared_prefix_len)
+    bc.shared_prefix_len = static_cast<int>(o.shared_prefix_len->value), note(o.shared_prefix_len->where);
   o.local_attention_chunk = b.integer_in("local_attention_chunk", 0, "must be >= 0 (0 = off)");
-  if (o.local_attention_chunk) bc.local_attention_chunk = static_cast<int>(o.local_attention_chunk->value);
+  if (o.local_attention_chunk)
+    bc.local_attention_chunk = static_cast<int>(o.local_attention_chunk->value), note(o.local_attention_chunk->where);
   if (const auto f = b.choice("block_allocation", {"shuffled", "contiguous"}, "unknown block allocation"))
     bc.block_allocation = f->value == "shuffled" ? BlockAllocation::shuffled : BlockAllocation::contiguous;
-  if (const auto f =
-          b.integer_in("num_blocks", 0, "must be >= 0 (0 = just enough)", std::numeric_limits<int64_t>::max()))
-    bc.num_blocks = f->value;
+  o.num_blocks = b.integer_in("num_blocks", 0, "must be >= 0 (0 = just enough)", std::numeric_limits<int64_t>::max());
+  if (o.num_blocks) {
+    if (o.num_blocks->value > kInt32Max)
+      fail(file, o.num_blocks->where, "does not fit the int32 block ids of the block table (at most 2147483647)",
+           "use num_blocks = 0 for just enough");
+    bc.num_blocks = o.num_blocks->value;
+    note(o.num_blocks->where);
+  }
 
   // Exactly one request source.
   std::vector<std::string> sources;
@@ -508,48 +536,77 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
       fail(file, b.where("requests", *n), "expected [[batch.requests]] tables",
            "[[batch.requests]] with count, context_len, query_len");
     o.source = b.where("requests", *n);
+    o.source.line = line_of(arr->get(0)->source());  // the first [[batch.requests]] header
+    o.source.value.clear();
+    note(o.source);
     for (std::size_t i = 0; i < arr->size(); ++i) {
       const toml::table& gt = *arr->get(i)->as_table();
       const Section g(file, gt, "batch.requests[" + std::to_string(i) + "]", {"count", "context_len", "query_len"});
+      note(g.self());
+      // Every group gives all three keys: a missing one is an error, never a silent default.
+      // Values written are checked first, then the keys left out.
+      const auto count_f = g.integer_in("count", 1, "must be >= 1");
+      const auto ctx_f = g.integer_in("context_len", 0, "must be >= 0 (tokens already in the cache)");
+      const auto q_f = g.integer_in("query_len", 1, "must be >= 1 (new tokens this step; 1 = decode)");
+      auto required = [&](const std::optional<Field<int64_t>>& f, std::string_view key) {
+        if (!f)
+          fail(file, g.self(), "missing key \"" + std::string(key) + "\"",
+               "each [[batch.requests]] gives count, context_len and query_len");
+        note(f->where);
+        return *f;
+      };
       RequestGroup grp;
-      if (const auto f = g.integer_in("count", 1, "must be >= 1")) grp.count = static_cast<int>(f->value);
-      Where ctx_where = g.self();
-      ctx_where.key = g.dotted("context_len");
-      ctx_where.value = "0";
-      if (const auto f = g.integer_in("context_len", 0, "must be >= 0 (tokens already in the cache)")) {
-        grp.context_len = static_cast<int>(f->value);
-        ctx_where = f->where;
-      }
-      if (const auto f = g.integer_in("query_len", 1, "must be >= 1 (new tokens this step; 1 = decode)"))
-        grp.query_len = static_cast<int>(f->value);
-      if (static_cast<int64_t>(grp.context_len) + grp.query_len > std::numeric_limits<int32_t>::max())
-        fail(file, ctx_where, "context_len + query_len does not fit a 32-bit sequence length");
+      const Field<int64_t> count = required(count_f, "count");
+      const Field<int64_t> ctx = required(ctx_f, "context_len");
+      const Field<int64_t> q = required(q_f, "query_len");
+      grp.count = static_cast<int>(count.value);
+      grp.context_len = static_cast<int>(ctx.value);
+      grp.query_len = static_cast<int>(q.value);
+      if (ctx.value + q.value > kInt32Max)
+        fail(file, ctx.where, "context_len + query_len does not fit a 32-bit sequence length",
+             "query_len = " + fmt_int(q.value) + "; their sum must be at most 2147483647");
       bc.groups.push_back(grp);
-      o.group_context.push_back(ctx_where);
+      o.group_context.push_back(ctx.where);
+      o.group_count.push_back(count.where);
     }
   } else if (const toml::table* rt = b.table("random")) {
     bc.source = BatchSource::random;
     const Section r(file, *rt, "batch.random", {"num_requests", "context_len", "query_len"});
     o.source = r.self();
+    note(o.source);
     const auto nr = r.integer_in("num_requests", 1, "must be >= 1");
     if (!nr) fail(file, r.self(), "missing key \"num_requests\"");
     bc.random.num_requests = static_cast<int>(nr->value);
+    o.random_num_requests = nr->where;
+    note(nr->where);
     if (r.node("context_len") == nullptr)
       fail(file, r.self(), "missing key \"context_len\"",
            "e.g. context_len = { dist = \"uniform\", min = 0, max = 8192 }");
     bc.random.context_len = parse_dist(r, "context_len", 0);
     o.random_context = r.where("context_len", *r.node("context_len"));
+    note(o.random_context);
     bc.random.query_len.kind = LengthDist::Kind::fixed;
     bc.random.query_len.value = 1;
-    if (r.node("query_len") != nullptr) bc.random.query_len = parse_dist(r, "query_len", 1);
+    if (const toml::node* qn = r.node("query_len")) {
+      bc.random.query_len = parse_dist(r, "query_len", 1);
+      note(r.where("query_len", *qn));
+    }
+    const int64_t max_ctx = max_length(bc.random.context_len), max_q = max_length(bc.random.query_len);
+    if (max_ctx + max_q > kInt32Max)
+      fail(file, max_q > max_ctx ? r.where("query_len", *r.node("query_len")) : o.random_context,
+           "context_len (up to " + fmt_int(max_ctx) + ") + query_len (up to " + fmt_int(max_q) +
+               ") does not fit a 32-bit sequence length",
+           "their sum must be at most 2147483647");
   } else {
     bc.source = BatchSource::trace;
     const Section t(file, *b.table("trace"), "batch.trace",
                     {"file", "max_num_batched_tokens", "max_num_seqs", "step", "step_ms", "max_steps"});
     o.source = t.self();
+    note(o.source);
     TraceConfig& tc = bc.trace;
     const auto f = t.string("file");
     if (!f) fail(file, t.self(), "missing key \"file\"", "file = \"traces/azure_llm_2023_conv.csv\"");
+    note(f->where);
     fs::path p(f->value);
     if (p.is_relative()) p = fs::path(base_dir) / p;
     p = p.lexically_normal();
@@ -558,14 +615,17 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
       fail(file, f->where, "trace file not found",
            "looked for " + p.string() + "; a relative path is relative to the scenario's folder");
     tc.file = p.string();
-    if (const auto x = t.integer_in("max_num_batched_tokens", 1, "must be >= 1"))
-      tc.max_num_batched_tokens = static_cast<int>(x->value);
-    if (const auto x = t.integer_in("max_num_seqs", 1, "must be >= 1")) tc.max_num_seqs = static_cast<int>(x->value);
+    if (const auto x = t.integer_in("max_num_batched_tokens", 1, "must be >= 1 (the token budget of one step)"))
+      tc.max_num_batched_tokens = static_cast<int>(x->value), note(x->where);
+    if (const auto x = t.integer_in("max_num_seqs", 1, "must be >= 1 (running requests at most)"))
+      tc.max_num_seqs = static_cast<int>(x->value), note(x->where);
     if (const auto x = t.number("step_ms")) {
       if (x->value <= 0.0) fail(file, x->where, "must be > 0 (milliseconds per scheduler step)");
       tc.step_ms = x->value;
+      note(x->where);
     }
     if (const toml::node* n = t.node("step")) {
+      note(t.where("step", *n));
       if (n->is_string()) {
         if (n->as_string()->get() != "all") fail(file, t.where("step", *n), "expected a step number or \"all\"");
         tc.all_steps = true;
@@ -575,14 +635,21 @@ BatchOrigin parse_batch(const std::string& file, const Section& top, const std::
       }
     }
     if (const auto x = t.integer_in("max_steps", 0, "must be >= 0 (0 = until the trace drains)",
-                                    std::numeric_limits<int64_t>::max()))
+                                    std::numeric_limits<int64_t>::max())) {
+      if (!tc.all_steps)
+        fail(file, x->where, "only applies with step = \"all\"",
+             t.node("step") != nullptr ? "step = " + value_text(*t.node("step")) + " picks one step; drop max_steps"
+                                       : "without step the batch is step 0; drop max_steps or set step = \"all\"");
       tc.max_steps = static_cast<long>(x->value);
+      note(x->where);
+    }
   }
   return o;
 }
 
-// Checks that tie [batch] to [model]: block multiples and the shared prefix.
-void check_batch(const std::string& file, const ModelOrigin& mo, const BatchOrigin& bo, Scenario& s) {
+// Checks that tie [batch] to [model]: block multiples, the shared prefix, causality, and the
+// batch's size against what its int32 arrays can index.
+void check_batch(const std::string& file, const ModelOrigin& mo, const BatchKeys& bo, Scenario& s) {
   BatchConfig& bc = s.batch;
   const int bs = s.spec.block_size;
   if (bc.shared_prefix_len > 0) {
@@ -614,6 +681,68 @@ void check_batch(const std::string& file, const ModelOrigin& mo, const BatchOrig
          "local_attention_chunk (" + fmt_int(bc.local_attention_chunk) + ") must be a multiple of block_size (" +
              fmt_int(bs) + ")");
   }
+  // Non-causal (encoder-only) attention lets every query see every key of its sequence: a window
+  // or a local chunk, both limits on the keys before a query, have nothing to apply to.
+  if (mo.causal && !s.spec.causal()) {
+    if (s.spec.sliding_window > 0)
+      fail(file, *mo.causal,
+           "non-causal attention takes no sliding window (sliding_window = " + fmt_int(s.spec.sliding_window) +
+               (mo.sliding_window ? ", line " + fmt_int(mo.sliding_window->line) : ", from the preset") + ")",
+           "set sliding_window = 0, or drop causal = false");
+    if (bc.local_attention_chunk > 0) {
+      const std::string from =
+          bo.local_attention_chunk ? ", line " + fmt_int(bo.local_attention_chunk->where.line) : ", from the preset";
+      fail(file, *mo.causal,
+           "non-causal attention takes no local attention chunk (local_attention_chunk = " +
+               fmt_int(bc.local_attention_chunk) + from + ")",
+           "set [batch] local_attention_chunk = 0, or drop causal = false");
+    }
+  }
+
+  // Sizes the batch's arrays must hold: new tokens in int32 query_start_loc, cache blocks (null
+  // block 0 included) in int32 block ids. Exact for explicit groups; random batches are checked
+  // on their lower bounds here and exactly when drawn (expand_shapes), traces per step (make_batch).
+  const int64_t shared = bc.shared_prefix_len / bs;
+  auto blocks_of = [&](int64_t seq_len) { return (seq_len + bs - 1) / bs - shared; };
+  if (bc.source == BatchSource::groups) {
+    int64_t tokens = 0, blocks = shared + 1;
+    for (std::size_t i = 0; i < bc.groups.size(); ++i) {
+      const RequestGroup& g = bc.groups[i];
+      const std::string over = i == 0 ? "" : " over batch.requests[0.." + fmt_int(static_cast<int64_t>(i)) + "]";
+      tokens += static_cast<int64_t>(g.count) * g.query_len;
+      blocks += static_cast<int64_t>(g.count) * blocks_of(static_cast<int64_t>(g.context_len) + g.query_len);
+      if (tokens > kInt32Max)
+        fail(file, bo.group_count[i],
+             "the batch would have " + fmt_int(tokens) + " new tokens (count x query_len " + fmt_int(g.query_len) +
+                 over + "), more than int32 query_start_loc holds (2147483647)",
+             "fewer requests or shorter queries");
+      if (blocks > kInt32Max)
+        fail(file, bo.group_count[i],
+             "the batch needs " + fmt_int(blocks) + " cache blocks of " + fmt_int(bs) + " tokens (count x " +
+                 fmt_int(blocks_of(static_cast<int64_t>(g.context_len) + g.query_len)) + " blocks" + over +
+                 ", null block 0 included), more than int32 block ids number (2147483647)",
+             "fewer or shorter requests, or a larger block_size");
+    }
+    if (bo.num_blocks && bc.num_blocks != 0 && bc.num_blocks < blocks)
+      fail(file, bo.num_blocks->where,
+           "too small: the batch needs " + fmt_int(blocks) + " blocks (null block 0 included)",
+           "use num_blocks = 0 for just enough");
+  } else if (bc.source == BatchSource::random) {
+    const int64_t n = bc.random.num_requests;
+    const int64_t min_q = min_length(bc.random.query_len);
+    const int64_t tokens = n * min_q;
+    const int64_t blocks = n * blocks_of(min_length(bc.random.context_len) + min_q) + shared + 1;
+    if (tokens > kInt32Max)
+      fail(file, bo.random_num_requests,
+           "the batch would have at least " + fmt_int(tokens) + " new tokens (num_requests x the shortest query " +
+               fmt_int(min_q) + "), more than int32 query_start_loc holds (2147483647)",
+           "fewer requests or shorter queries");
+    if (blocks > kInt32Max)
+      fail(file, bo.random_num_requests,
+           "the batch needs at least " + fmt_int(blocks) + " cache blocks of " + fmt_int(bs) +
+               " tokens (null block 0 included), more than int32 block ids number (2147483647)",
+           "fewer or shorter requests, or a larger block_size");
+  }
 }
 
 // ---- [run], [check] ----------------------------------------------------------------------------
@@ -644,13 +773,22 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
   }
 }
 
-void parse_data(const std::string& file, const toml::table* tbl, DataConfig& d) {
+void parse_data(const std::string& file, const toml::table* tbl, const AttentionSpec& spec, DataConfig& d) {
   if (tbl == nullptr) return;
   const Section k(file, *tbl, "data",
                   {"logit_std", "sink_logit", "distribution", "k_outlier_channels", "k_outlier_scale"});
   if (const auto f = k.choice("distribution", {"uniform", "normal"}, "unknown distribution")) d.normal = f->value == "normal";
-  if (const auto f = k.integer_in("k_outlier_channels", 0, "must be >= 0 (0 = none)", 4096))
+  if (const auto f = k.integer_in("k_outlier_channels", 0, "must be >= 0 (0 = none)")) {
+    // The outliers are dims of a K head: at most head_size_qk of them, and MLA has no K head
+    // (its latent cache would silently go without them).
+    if (spec.use_mla && f->value > 0)
+      fail(file, f->where, "not supported with [model.mla]",
+           "outlier channels are K head dims; the MLA latent cache has none; drop k_outlier_channels");
+    if (f->value > spec.head_size_qk)
+      fail(file, f->where, "more outlier channels than the K head has dims (head_size_qk = " + fmt_int(spec.head_size_qk) + ")",
+           "at most " + fmt_int(spec.head_size_qk));
     d.k_outlier_channels = static_cast<int>(f->value);
+  }
   if (const auto f = k.number("k_outlier_scale")) {
     if (!(f->value >= 1.0 && f->value <= 1e4)) fail(file, f->where, "must be in [1, 10000]", "e.g. 8 or 20");
     d.k_outlier_scale = f->value;
@@ -720,11 +858,11 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
     s.seed = static_cast<uint64_t>(f->value);
 
   const ModelOrigin mo = parse_model(file, top.table("model"), s);
-  const BatchOrigin bo = parse_batch(file, top, base_dir, s);
+  const BatchKeys bo = parse_batch(file, top, base_dir, s);
   check_batch(file, mo, bo, s);
   parse_run(file, top.table("run"), s.run);
   parse_check(file, top.table("check"), s.check);
-  parse_data(file, top.table("data"), s.data);
+  parse_data(file, top.table("data"), s.spec, s.data);
   return s;
 }
 

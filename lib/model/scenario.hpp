@@ -2,6 +2,7 @@
 // Scenario files (docs/SCENARIOS.md): parse + check. Every error is an InputError naming the
 // file, line, key and value.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,9 @@ struct LengthDist {
   double sigma = 1.0;     // lognormal: sigma of log(length)
 };
 
+// Lognormal draws without a `max` clamp stop here, so that context + query fits an int32 length.
+inline constexpr int kLognormalUnboundedMax = 2147483647 / 4;
+
 struct RandomBatchConfig {
   int num_requests = 0;
   LengthDist context_len;
@@ -47,6 +51,21 @@ struct TraceConfig {
   long max_steps = 0;     // 0 = until the trace drains (all_steps only)
 };
 
+// Where a batch's keys were written, for the checks made after parsing (expand_shapes,
+// make_batch, the trace replay), so that their messages name the file, line and key too.
+// Empty for batches made in code: messages then name the batch's label, at line 0.
+struct BatchOrigin {
+  std::string file;                   // the scenario file (expand_shapes fills it from Scenario::file)
+  std::map<std::string, long> lines;  // dotted key ("batch.num_blocks", "batch.trace") -> its line
+  // The key that sizes one batch, named by errors about its size (expand_shapes sets it):
+  // the largest group's count, batch.random.num_requests, or batch.trace.step.
+  std::string size_key, size_value;
+  long line(const std::string& key) const {
+    const auto it = lines.find(key);
+    return it == lines.end() ? 0 : it->second;
+  }
+};
+
 enum class BlockAllocation { shuffled, contiguous };
 enum class BatchSource { groups, random, trace };
 
@@ -59,6 +78,7 @@ struct BatchConfig {
   std::vector<RequestGroup> groups;
   RandomBatchConfig random;
   TraceConfig trace;
+  BatchOrigin origin;  // lines of the [batch] keys (the parser fills them)
 };
 
 // [data]: the regime of the generated values (docs/SCENARIOS.md). Unset = the per-feature default.
@@ -121,6 +141,7 @@ struct BatchShape {
   BlockAllocation block_allocation = BlockAllocation::shuffled;
   int64_t num_blocks = 0;
   long step = -1;  // trace step, -1 otherwise
+  BatchOrigin origin;  // file and key lines, for make_batch's messages (empty: the label names it)
 };
 std::vector<BatchShape> expand_shapes(const Scenario& s);
 

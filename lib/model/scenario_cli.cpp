@@ -80,6 +80,8 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
   s.batch.source = BatchSource::groups;
   s.batch.groups = parse_batch_spec(batch_spec);
   s.batch.local_attention_chunk = p->local_attention_chunk;
+  s.batch.origin.size_key = "--batch";  // errors about the batch's size name the spec
+  s.batch.origin.size_value = batch_spec;
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 
 namespace attn {
 namespace {
@@ -113,6 +114,13 @@ std::vector<TraceRequest> load_trace_csv(const std::string& path) {
       TraceRequest r;
       r.prompt_tokens = count("ContextTokens", ctx_field, 1);
       r.output_tokens = count("GeneratedTokens", gen_field, 0);
+      // The last decode step's sequence holds the prompt and every output token but the last.
+      const int64_t last_seq = static_cast<int64_t>(r.prompt_tokens) + std::max(r.output_tokens, 1) - 1;
+      if (last_seq > std::numeric_limits<int32_t>::max())
+        throw bad("GeneratedTokens", gen_field,
+                  "ContextTokens + GeneratedTokens - 1 = " + std::to_string(last_seq) +
+                      " (the last decode's sequence) does not fit a 32-bit sequence length",
+                  "at most 2^31 - 1 tokens in all");
       if (out.empty()) first = ts;
       r.arrival_s = static_cast<double>(ts.whole - first.whole) + (ts.frac - first.frac);
       if (!out.empty() && (ts.whole < prev.whole || (ts.whole == prev.whole && ts.frac < prev.frac)))
@@ -168,8 +176,10 @@ void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig&
   std::deque<int> waiting;       // trace rows, FCFS
   std::vector<Running> running;  // admission order
   std::vector<Running> still;    // scratch for the next step's running list
-  running.reserve(static_cast<size_t>(cfg.max_num_seqs));
-  still.reserve(static_cast<size_t>(cfg.max_num_seqs));
+  // At most max_num_seqs run, and never more than the trace has rows (max_num_seqs may be 2^31 - 1).
+  const size_t most_running = std::min(static_cast<size_t>(cfg.max_num_seqs), n);
+  running.reserve(most_running);
+  still.reserve(most_running);
   std::vector<int> chunk_of;  // [running.size()] tokens scheduled this step per running entry
   ScheduledStep st;
   double clock = n ? trace[0].arrival_s : 0;
@@ -252,6 +262,14 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
   cfg.max_num_batched_tokens = tc.max_num_batched_tokens;
   cfg.max_num_seqs = tc.max_num_seqs;
   cfg.step_ms = tc.step_ms;
+  const BatchOrigin& origin = s.batch.origin;
+  // Messages about the trace keys: the scenario file, the key's line (the [batch.trace] table's
+  // when the key was left out) and the full key.
+  auto key_error = [&](const std::string& key, const std::string& value, const std::string& what,
+                       const std::string& hint) {
+    const long line = origin.line(key) != 0 ? origin.line(key) : origin.line("batch.trace");
+    return InputError(input_error_message(s.file, line, key, value, what, hint));
+  };
 
   std::vector<BatchShape> shapes;
   auto shape_of = [&](const ScheduledStep& st) {
@@ -264,17 +282,31 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
     b.block_allocation = s.batch.block_allocation;
     b.num_blocks = s.batch.num_blocks;
     b.step = st.step;
+    b.origin = origin;
+    b.origin.file = s.file;
+    if (b.origin.lines.count("batch.trace.step") == 0) b.origin.lines["batch.trace.step"] = origin.line("batch.trace");
+    b.origin.size_key = "batch.trace.step";
+    b.origin.size_value = tc.all_steps ? "\"all\" (step " + std::to_string(st.step) + ")" : std::to_string(st.step);
     return b;
   };
   if (tc.all_steps) {
+    // Every step's request list is kept: check host memory as the list grows (each time it doubles).
+    double bytes = 0, next_check = 64e6;
     replay_trace(trace, cfg, [&](const ScheduledStep& st) {
       shapes.push_back(shape_of(st));
+      bytes += static_cast<double>(sizeof(BatchShape) + origin.lines.size() * 96 /* map nodes */ +
+                                   st.requests.size() * sizeof(RequestShape));
+      if (bytes >= next_check) {
+        require_host_bytes(2 * bytes, input_error_message(s.file, origin.line("batch.trace.step"), "batch.trace.step",
+                                                          "\"all\"", "keeping the batches of the first " +
+                                                              std::to_string(shapes.size()) + " steps"));
+        next_check = 2 * bytes;
+      }
       return true;
     }, tc.max_steps);
     return shapes;
   }
-  if (tc.step < 0)
-    throw InputError(input_error_message(s.file, 0, "batch.trace.step", std::to_string(tc.step), "must be >= 0"));
+  if (tc.step < 0) throw key_error("batch.trace.step", std::to_string(tc.step), "must be >= 0", "");
   long steps = 0;
   replay_trace(trace, cfg, [&](const ScheduledStep& st) {
     steps = st.step + 1;
@@ -283,9 +315,9 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
     return false;
   });
   if (shapes.empty())
-    throw InputError(input_error_message(s.file, 0, "batch.trace.step", std::to_string(tc.step),
-                                         "the trace drains after " + std::to_string(steps) + " steps",
-                                         "choose a step below " + std::to_string(steps)));
+    throw key_error("batch.trace.step", std::to_string(tc.step),
+                    "the trace drains after " + std::to_string(steps) + " steps",
+                    "choose a step below " + std::to_string(steps));
   return shapes;
 }
 
