@@ -576,7 +576,8 @@ TEST(BatchData, NormalValuesAndKOutlierChannels) {
   shape.data.k_outlier_scale = 16.0;
   const Batch b = make_batch(s, shape, 9);
   const int D = s.head_size_qk, every = D / 2;
-  ASSERT_EQ(b.regime.k_outlier_every, static_cast<uint32_t>(every));
+  ASSERT_EQ(b.regime.k_outlier_count, 2u);
+  for (int d = 0; d < D; ++d) EXPECT_EQ(is_k_outlier(b.regime, static_cast<uint32_t>(d)), d % every == 0) << d;
   // Bell-shaped: same variance as the uniform (1/3), lighter tails than any uniform draw of the
   // same spread would give, and outlier dims 16x larger in K only.
   double var = 0, big = 0, rest = 0;
@@ -591,6 +592,26 @@ TEST(BatchData, NormalValuesAndKOutlierChannels) {
     }
   EXPECT_NEAR(var / n, 1.0 / 3.0, 0.05);
   EXPECT_NEAR(std::sqrt((big / n_big) / (rest / n_rest)), 16.0, 4.0);
+}
+
+// k_outlier_channels = N makes exactly N of the head's dims outliers, spread evenly, for any N up
+// to the head size (a stride of head_size / N made 100 of 128 into all 128, and 3 into 4).
+TEST(BatchData, KOutlierChannelsAreExactlyTheCountAsked) {
+  for (const uint32_t dims : {64u, 96u, 128u, 192u, 256u})
+    for (uint32_t n = 1; n <= dims; ++n) {
+      ValueRegime r;
+      r.k_outlier_count = n;
+      r.k_outlier_dims = dims;
+      uint32_t hits = 0, last = 0, widest = 0;
+      for (uint32_t d = 0; d < dims; ++d)
+        if (is_k_outlier(r, d)) {
+          if (hits > 0) widest = std::max(widest, d - last);
+          last = d, ++hits;
+        }
+      ASSERT_EQ(hits, n) << dims << " dims";
+      EXPECT_TRUE(is_k_outlier(r, 0));
+      if (n > 1) EXPECT_LE(widest, (dims + n - 1) / n) << n << " of " << dims;  // evenly: no gap above the mean
+    }
 }
 
 }  // namespace

@@ -57,14 +57,22 @@ ATTN_HD float gen_bell(uint64_t seed, ValueTensor t, uint32_t req, uint32_t pos,
 // the host generator (Q and the sinks are host-only and live in Batch).
 struct ValueRegime {
   uint32_t bell = 0;             // 0: uniform in [-1, 1); 1: gen_bell (same variance)
-  uint32_t k_outlier_every = 0;  // K head dims d with d % k_outlier_every == 0 are outliers (0 = none)
-  float k_outlier_scale = 1.0f;  // ... and are multiplied by this
+  // K outlier channels: exactly k_outlier_count of the k_outlier_dims head dims, spread evenly
+  // (the dims d with d * count mod dims < count: dim 0, then one every dims / count), are
+  // multiplied by k_outlier_scale. count 0 = none.
+  uint32_t k_outlier_count = 0;
+  uint32_t k_outlier_dims = 0;
+  float k_outlier_scale = 1.0f;
 };
+
+ATTN_HD bool is_k_outlier(const ValueRegime& r, uint32_t dim) {
+  return r.k_outlier_count != 0 && dim * r.k_outlier_count % r.k_outlier_dims < r.k_outlier_count;
+}
 
 ATTN_HD float regime_value(const ValueRegime& r, uint64_t seed, ValueTensor t, uint32_t req, uint32_t pos,
                            uint32_t head, uint32_t dim) {
   float x = r.bell ? gen_bell(seed, t, req, pos, head, dim) : gen_value(seed, t, req, pos, head, dim);
-  if (t == ValueTensor::k && r.k_outlier_every != 0 && dim % r.k_outlier_every == 0) x *= r.k_outlier_scale;
+  if (t == ValueTensor::k && is_k_outlier(r, dim)) x *= r.k_outlier_scale;
   return x;
 }
 

@@ -141,8 +141,9 @@ void resolve_data(Batch& b, const DataConfig& d) {
   b.data = d;
   b.regime.bell = d.normal ? 1u : 0u;
   if (d.k_outlier_channels > 0) {
-    // Outliers spread evenly over the head: dims 0, every, 2 every, ...
-    b.regime.k_outlier_every = static_cast<uint32_t>(std::max(1, s.head_size_qk / d.k_outlier_channels));
+    // Exactly k_outlier_channels of the head's dims, spread evenly (at most the head size: the parser).
+    b.regime.k_outlier_count = static_cast<uint32_t>(std::min(d.k_outlier_channels, s.head_size_qk));
+    b.regime.k_outlier_dims = static_cast<uint32_t>(s.head_size_qk);
     b.regime.k_outlier_scale = static_cast<float>(d.k_outlier_scale);
   }
   constexpr double kPlainStd = 4.0 / 3.0;
