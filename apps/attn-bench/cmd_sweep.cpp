@@ -3,10 +3,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -36,25 +39,132 @@ std::string clock_text(double s) {
   return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
-// --devices 0,1,...: one child process per GPU (CUDA_VISIBLE_DEVICES=that GPU) runs shard i of
-// N into OUTPUT.shard<i>.csv, resumably; the parent waits for all and merges them into OUTPUT.
-int run_on_devices(const SweepArgs& a) {
+// --output must name a .csv in an existing folder (checked before any case runs).
+void check_output(const std::string& output) {
+  if (output.empty()) throw InputError("sweep: --output FILE.csv is required (or --list)");
+  if (output.size() < 4 || output.compare(output.size() - 4, 4, ".csv") != 0)
+    throw InputError(fmt::format("--output {}: a sweep writes CSV (the file name must end in .csv)", output));
+  const std::filesystem::path dir = std::filesystem::absolute(output).parent_path();
+  if (!std::filesystem::is_directory(dir))
+    throw InputError(fmt::format("--output {}: the folder {} does not exist (create it first)", output, dir.string()));
+}
+
+// A backend the sweep names but this build lacks (a GPU sweep on a CPU-only build) would make
+// each of its cases an error row: refuse up front instead, at the sweep's own line.
+void check_backends_built(const Sweep& sw, const std::vector<size_t>& cases) {
+  const auto registry = make_registry();
+  std::string here;
+  for (const auto& be : registry) here += be->name() + ", ";
+  for (size_t i : cases) {
+    for (const std::string& name : sw.cases[i].scenario.run.backends) {
+      const bool built = name == "auto" || name == "all" ||
+                         std::any_of(registry.begin(), registry.end(), [&](const auto& be) { return be->name() == name; });
+      if (!built)
+        throw InputError(input_error_message(sw.file, sw.cases[i].backend_line, "axes.backend", "\"" + name + "\"",
+                                             "not compiled into this build (it has: " + here + "auto, all)",
+                                             "run it on a build with CUDA; --list still plans the sweep"));
+    }
+  }
+}
+
+// A resumed file may hold only rows of the cases it is resumed for: rows of another sweep, or of
+// another shard split, would be kept (and merged) as if this run had made them.
+void check_resumable(const std::string& path, const std::vector<ResultRow>& rows, const Sweep& sw,
+                     const std::vector<size_t>& mine, const std::string& what) {
+  std::set<std::string> names;
+  for (size_t i : mine) names.insert(sw.cases[i].name);
+  for (const ResultRow& r : rows)
+    if (!names.count(r.scenario))
+      throw InputError(fmt::format("--resume {}: it holds case {}, which is not one of {} (written by another "
+                                   "sweep or split; delete the file to start over)",
+                                   path, r.scenario, what));
+}
+
+std::string shard_file(const std::string& output, int i) {
+  return output.substr(0, output.size() - 4) + ".shard" + std::to_string(i) + ".csv";
+}
+
+// The OUTPUT.shard<i>.csv files beside OUTPUT, by index: left by an earlier --devices run
+// (finished or interrupted), whatever its device count.
+std::map<int, std::string> existing_shard_files(const std::string& output) {
+  namespace fs = std::filesystem;
+  const fs::path out(output);
+  const std::string name = out.filename().string();
+  const std::string prefix = name.substr(0, name.size() - 4) + ".shard";
+  std::map<int, std::string> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(out.has_parent_path() ? out.parent_path() : ".")) {
+    const std::string f = e.path().filename().string();
+    if (f.size() <= prefix.size() + 4 || f.compare(0, prefix.size(), prefix) != 0 ||
+        f.compare(f.size() - 4, 4, ".csv") != 0)
+      continue;
+    const std::string digits = f.substr(prefix.size(), f.size() - 4 - prefix.size());
+    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found[std::stoi(digits)] = out.has_parent_path() ? (out.parent_path() / f).string() : f;
+  }
+  return found;
+}
+
+// "0,1,2,3" -> the GPU indices, each once (two shards on one GPU would only slow each other).
+std::vector<std::string> parse_devices(const std::string& text) {
   std::vector<std::string> devices;
-  for (size_t start = 0; start <= a.devices.size();) {
-    const size_t end = std::min(a.devices.find(',', start), a.devices.size());
-    const std::string d = a.devices.substr(start, end - start);
-    if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(input_error_message("<cli>", 0, "--devices", a.devices, "expected GPU indices", "e.g. 0,1,2,3"));
+  std::set<long> seen;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string d = text.substr(start, end - start);
+    if (d.empty() || d.size() > 6 || d.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(input_error_message("<cli>", 0, "--devices", text, "expected GPU indices", "e.g. 0,1,2,3"));
+    if (!seen.insert(std::stol(d)).second)
+      throw InputError(input_error_message("<cli>", 0, "--devices", text, "names GPU " + d + " twice",
+                                           "one shard per GPU, each GPU once; e.g. 0,1,2,3"));
     devices.push_back(d);
     start = end + 1;
   }
+  return devices;
+}
+
+// Refuses the shard files this run must not read: without --resume, any left by an earlier run
+// (they stay after a merge, see run_on_devices); with it, those of another device count or
+// holding cases outside their shard.
+void check_shard_files(const SweepArgs& a, const Sweep& sw, int n) {
+  for (const auto& [i, path] : existing_shard_files(a.output)) {
+    if (!a.resume)
+      throw InputError(fmt::format("--output {}: {} is left from an earlier --devices run (pass --resume to "
+                                   "continue that sweep, or delete it)",
+                                   a.output, path));
+    if (i >= n)
+      throw InputError(fmt::format("--resume {}: {} is from a run on more than {} devices (resume with the same "
+                                   "number of --devices, or delete the shard files)",
+                                   a.output, path, n));
+    check_resumable(path, read_csv(path), sw, shard_cases(sw, i, n), fmt::format("shard {}/{} of this sweep", i, n));
+  }
+}
+
+// --devices 0,1,...: one child process per GPU (CUDA_VISIBLE_DEVICES=that GPU) runs shard i of
+// N into OUTPUT.shard<i>.csv, resumably; the parent waits for all and merges them into OUTPUT.
+// The shard files stay after the merge (each GPU's own record, and what a --resume continues
+// from when a shard failed); a later run into the same OUTPUT refuses them unless it resumes.
+int run_on_devices(const SweepArgs& a) {
+  const std::vector<std::string> devices = parse_devices(a.devices);
   if (!a.shard.empty()) throw InputError("sweep: --devices runs its own shards; do not combine it with --shard");
+  if (a.list) throw InputError("sweep: --list does not run anything; use --shard I/N --list instead of --devices");
   if (a.output.empty()) throw InputError("sweep: --devices needs --output FILE.csv");
+  check_output(a.output);
   const int n = static_cast<int>(devices.size());
+  // Input errors once, here, rather than once per child.
+  const Sweep sw = load_sweep(a.file);
+  std::vector<size_t> every(sw.cases.size());
+  std::iota(every.begin(), every.end(), size_t{0});
+  check_backends_built(sw, every);
+  if (!a.resume && std::filesystem::exists(a.output))
+    throw InputError(fmt::format("--output {}: the file exists (pass --resume to continue that sweep, or remove it)",
+                                 a.output));
+  check_shard_files(a, sw, n);
+
   std::vector<std::string> parts;
   std::vector<pid_t> children;
   for (int i = 0; i < n; ++i) {
-    parts.push_back(a.output.substr(0, a.output.size() - 4) + ".shard" + std::to_string(i) + ".csv");
+    parts.push_back(shard_file(a.output, i));
+    // Always --resume: the children continue the shard files checked above (or start them).
     std::vector<std::string> args = {"attn-bench", "sweep", a.file, "-o", parts.back(), "--shard",
                                      std::to_string(i) + "/" + std::to_string(n), "--resume", "-q"};
     if (a.iterations) args.insert(args.end(), {"--iterations", std::to_string(*a.iterations)});
@@ -82,7 +192,8 @@ int run_on_devices(const SweepArgs& a) {
     worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : kExitRuntime);
   }
   if (worst >= kExitInput) {
-    fmt::print(stderr, "sweep: a shard ended with exit code {}; its file keeps the finished cases (rerun to resume)\n", worst);
+    fmt::print(stderr, "sweep: a shard ended with exit code {}; its file keeps the finished cases (rerun with --resume to continue)\n",
+               worst);
     return worst;
   }
   std::vector<MergeInput> inputs;
@@ -106,18 +217,16 @@ int run_sweep(const SweepArgs& a) {
     for (size_t i : mine) fmt::print("{}\n", sw.cases[i].name);
     return kExitOk;
   }
-  if (a.output.empty()) throw InputError("sweep: --output FILE.csv is required (or --list)");
-  if (a.output.size() < 4 || a.output.compare(a.output.size() - 4, 4, ".csv") != 0)
-    throw InputError(fmt::format("--output {}: a sweep writes CSV (the file name must end in .csv)", a.output));
-  const std::filesystem::path dir = std::filesystem::absolute(a.output).parent_path();
-  if (!std::filesystem::is_directory(dir))
-    throw InputError(fmt::format("--output {}: the folder {} does not exist (create it first)", a.output, dir.string()));
+  check_output(a.output);
+  check_backends_built(sw, mine);
 
   // --resume keeps the rows already written and skips their cases; without it the file is new.
   std::vector<ResultRow> rows;
   std::set<std::string> done;
   if (a.resume && std::filesystem::exists(a.output)) {
     rows = read_csv(a.output);
+    check_resumable(a.output, rows, sw, mine,
+                    a.shard.empty() ? std::string("this sweep's cases") : "shard " + a.shard + " of this sweep");
     for (const ResultRow& r : rows) done.insert(r.scenario);
   } else if (std::filesystem::exists(a.output)) {
     throw InputError(fmt::format("--output {}: the file exists (pass --resume to continue that sweep, or remove it)",
@@ -174,6 +283,8 @@ int run_sweep(const SweepArgs& a) {
     write_csv(a.output, rows);  // atomic: a killed sweep loses only the case in flight
     done_cost += c.cost + 1;
   }
+  // A shard with no cases (more shards than cases) still leaves its file, so a merge finds them all.
+  if (todo.empty() && !std::filesystem::exists(a.output)) write_csv(a.output, rows);
   if (!a.quiet)
     fmt::print(stderr, "{}sweep {}: {} cases run, {} rows in {} ({} failed or errored) in {}\n", tty ? "\r\033[K" : "",
                sw.name, todo.size(), rows.size(), a.output, failures,

@@ -1,6 +1,7 @@
 #include "sweep/sweep.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "backends/backend.hpp"
 #include "core/error.hpp"
 
 namespace attn {
@@ -27,9 +29,14 @@ std::string text_of(const toml::node& n) {
   return os.str();
 }
 
+// A value as error messages show it: strings in double quotes, as the scenario parser's do.
+std::string shown(const toml::node& n) {
+  return n.is_string() ? fmt::format("\"{}\"", n.as_string()->get()) : text_of(n);
+}
+
 [[noreturn]] void fail(const std::string& file, const toml::node& n, const std::string& key, const std::string& what,
                        const std::string& hint = {}) {
-  throw InputError(input_error_message(file, line_of(n), key, text_of(n), what, hint));
+  throw InputError(input_error_message(file, line_of(n), key, shown(n), what, hint));
 }
 
 // The axes, in the order of their nesting (the last varies fastest), with what each value must be.
@@ -48,6 +55,8 @@ struct AxisValues {
   std::string key;
   std::vector<std::string> values;  // TOML text of each value ("16", "\"fp8_e4m3\"")
   std::vector<std::string> labels;  // as shown in case names ("16", "fp8_e4m3")
+  std::vector<long> lines;          // of each value in the sweep file (0: a built-in default)
+  std::string source;               // "axes.KEY" or "base.KEY": where the values come from
 };
 
 void check_keys(const std::string& file, const toml::table& t, const std::string& section,
@@ -73,6 +82,108 @@ double estimate_cost(const Scenario& s) {
     bytes += g.count * 4.0 * hkv * d * (c + q);
   }
   return flops + bytes;
+}
+
+std::string lower(std::string x) {
+  for (char& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return x;
+}
+
+// The backend names a sweep may use: this build's, plus the CUDA backends of any build, so a GPU
+// sweep still loads (--list, --shard planning) on a CPU-only machine; run_sweep refuses to run
+// one that is not compiled in. "auto" and "all" as in the scenario's [run] backends.
+std::vector<std::string> known_backends() {
+  std::vector<std::string> names = {"flash_attn", "flashinfer", "flashmla"};
+  for (const auto& be : make_registry())
+    if (std::find(names.begin(), names.end(), be->name()) == names.end()) names.push_back(be->name());
+  return names;
+}
+
+// An axes.backend value in the spelling the results use: backend names match case-insensitively
+// (as `--backend` does), so "CPU" and "cpu" are one value and a repeat is caught as such.
+std::string canonical_backend(const std::string& file, const toml::node& e) {
+  const std::string name = e.as_string()->get();
+  if (name == "auto" || name == "all") return name;
+  std::string known;
+  for (const std::string& b : known_backends()) {
+    if (lower(b) == lower(name)) return b;
+    known += b + ", ";
+  }
+  fail(file, e, "axes.backend", "unknown backend", "known: " + known + "auto, all");
+}
+
+// One line of a case's generated scenario text and where it came from in the sweep file, so a
+// scenario error is reported at the sweep's own line and key, not the generated text's.
+struct Origin {
+  long line = 0;    // 0: no line of the sweep file (a default, a section header)
+  std::string key;  // e.g. "base.num_q_heads", "axes.context_len", "run.iterations"
+};
+
+struct CaseText {
+  std::vector<std::string> lines;
+  std::vector<Origin> origins;  // origins[i]: where lines[i] (line i + 1 of the text) came from
+  void add(std::string line, Origin o = {}) {
+    lines.push_back(std::move(line));
+    origins.push_back(std::move(o));
+  }
+  void append(const CaseText& other) {
+    lines.insert(lines.end(), other.lines.begin(), other.lines.end());
+    origins.insert(origins.end(), other.origins.begin(), other.origins.end());
+  }
+  std::string text() const {
+    std::string t;
+    for (const std::string& l : lines) t += l + "\n";
+    return t;
+  }
+};
+
+// A [base] or [run] entry as "key = value" lines with their origins; a sub-table of [base]
+// ([base.mla]) becomes a [model.NAME] section, which must follow every plain key.
+void base_lines(const std::string& file, const toml::table& base, CaseText& plain, CaseText& tables) {
+  for (auto&& [k, v] : base) {
+    const std::string key(k.str());
+    if (key == "kv_cache_dtype" || key == "block_size" || key == "preset") continue;  // written as axes
+    if (const toml::table* sub = v.as_table()) {
+      tables.add("[model." + key + "]", {line_of(v), "base." + key});
+      for (auto&& [k2, v2] : *sub) {
+        const std::string key2 = "base." + key + "." + std::string(k2.str());
+        if (v2.is_table()) fail(file, v2, key2, "unexpected table", "[base." + key + "] holds plain values");
+        tables.add(fmt::format("{} = {}", k2.str(), text_of(v2)), {line_of(v2), key2});
+      }
+    } else {
+      plain.add(fmt::format("{} = {}", key, text_of(v)), {line_of(v), "base." + key});
+    }
+  }
+}
+
+// parse_scenario's "FILE:L: KEY = VALUE: what (hint)" about line L of the generated text, re-pointed
+// at the sweep line and key that line came from, with the case named.
+std::string at_sweep_origin(const std::string& msg, const std::string& file, const CaseText& t,
+                            const std::string& case_name) {
+  std::string body = msg;
+  Origin o;
+  if (msg.compare(0, file.size() + 1, file + ":") == 0) {
+    body = msg.substr(file.size() + 1);
+    size_t digits = 0;
+    while (digits < body.size() && std::isdigit(static_cast<unsigned char>(body[digits]))) ++digits;
+    if (digits > 0 && body.compare(digits, 2, ": ") == 0) {
+      const size_t line = std::stoul(body.substr(0, digits));
+      if (line >= 1 && line <= t.origins.size()) o = t.origins[line - 1];
+      body = body.substr(digits + 2);
+    } else if (!body.empty() && body.front() == ' ') {
+      body = body.substr(1);
+    }
+  }
+  // The scenario's key (the text before " = " or ": ", if it has no spaces) becomes the sweep's.
+  const size_t end = std::min(body.find(" = "), body.find(": "));
+  if (end != std::string::npos && body.find(' ') >= end) {
+    std::string key = body.substr(0, end);
+    if (!o.key.empty()) key = o.key;
+    else if (key.compare(0, 6, "model.") == 0) key = "base." + key.substr(6);
+    body = key + body.substr(end);
+  }
+  return (o.line > 0 ? fmt::format("{}:{}: ", file, o.line) : file + ": ") + body + " (in the invalid case " +
+         case_name + ")";
 }
 
 }  // namespace
@@ -105,18 +216,18 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
   }
 
   // [base] is a scenario's [model] section, verbatim; [run] likewise (backends/cascade come from axes).
-  std::string base_text, run_text;
+  const toml::table* base_tbl = nullptr;
+  CaseText base_plain, base_tables, run_lines;
   if (const toml::node* n = root.get("base")) {
     if (!n->is_table()) fail(file, *n, "base", "expected a table of [model] keys");
-    for (auto&& [k, v] : *n->as_table()) {
-      if (k.str() == "kv_cache_dtype" || k.str() == "block_size" || k.str() == "preset") continue;  // also axes
-      base_text += fmt::format("{} = {}\n", k.str(), text_of(v));
-    }
+    base_tbl = n->as_table();
+    base_lines(file, *base_tbl, base_plain, base_tables);
   }
   if (const toml::node* n = root.get("run")) {
     if (!n->is_table()) fail(file, *n, "run", "expected a table of [run] keys");
     check_keys(file, *n->as_table(), "run", {"warmup", "iterations", "cold_l2", "cuda_graph", "num_layers"});
-    for (auto&& [k, v] : *n->as_table()) run_text += fmt::format("{} = {}\n", k.str(), text_of(v));
+    for (auto&& [k, v] : *n->as_table())
+      run_lines.add(fmt::format("{} = {}", k.str(), text_of(v)), {line_of(v), "run." + std::string(k.str())});
   }
 
   const toml::table* axes_tbl = root.get_as<toml::table>("axes");
@@ -134,12 +245,13 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
              "shared_prefix_len, cascade, backend");
     }
   }
-  // Each axis: its values, or the one default (from [base] where it has that key).
-  const toml::table* base_tbl = root.get_as<toml::table>("base");
+  // Each axis: its values, or the one default (from [base] for the [model] keys it has).
   std::vector<AxisValues> axes;
   for (const AxisRule& rule : kAxes) {
-    AxisValues a{rule.key, {}, {}};
     const std::string key = std::string("axes.") + rule.key;
+    const bool model_key = std::string_view(rule.key) == "preset" || std::string_view(rule.key) == "kv_cache_dtype" ||
+                           std::string_view(rule.key) == "block_size";
+    AxisValues a{rule.key, {}, {}, {}, key};
     if (const toml::node* n = axes_tbl->get(rule.key)) {
       const toml::array* arr = n->as_array();
       if (arr == nullptr || arr->empty()) fail(file, *n, key, "expected a non-empty array");
@@ -151,32 +263,41 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
           a.labels.push_back(a.values.back());
         } else {
           if (!e.is_string() || e.as_string()->get().empty()) fail(file, e, key, "expected non-empty strings");
-          a.values.push_back(text_of(e));
-          a.labels.push_back(e.as_string()->get());
+          a.labels.push_back(key == "axes.backend" ? canonical_backend(file, e) : e.as_string()->get());
+          a.values.push_back(text_of(toml::value<std::string>(a.labels.back())));
         }
+        a.lines.push_back(line_of(e));
       }
       for (size_t i = 0; i < a.labels.size(); ++i)
         for (size_t j = 0; j < i; ++j)
-          if (a.labels[i] == a.labels[j]) fail(file, *n, key, "repeats the value " + a.labels[i]);
-    } else if (const toml::node* b = base_tbl ? base_tbl->get(rule.key) : nullptr) {
+          if (a.labels[i] == a.labels[j])
+            fail(file, *arr->get(i), key, "repeats the value " + a.labels[i],
+                 key == "axes.backend" ? "backend names ignore case" : "");
+    } else if (const toml::node* b = model_key && base_tbl ? base_tbl->get(rule.key) : nullptr) {
+      a.source = std::string("base.") + rule.key;
       a.values.push_back(text_of(*b));
       a.labels.push_back(b->is_string() ? b->as_string()->get() : text_of(*b));
+      a.lines.push_back(line_of(*b));
     } else {
       static const std::map<std::string, std::string> kDefault = {
           {"num_requests", "1"}, {"context_len", "0"}, {"query_len", "1"}, {"shared_prefix_len", "0"},
           {"cascade", "\"auto\""}, {"backend", "\"auto\""}};
       const auto it = kDefault.find(rule.key);
       if (it == kDefault.end()) {
-        if (std::string(rule.key) == "preset")
-          throw InputError(input_error_message(file, 0, "base.preset", {}, "no model",
-                                               "set [base] preset = \"llama3-8b\" or an [axes] preset list"));
-        continue;  // kv_cache_dtype, block_size: the preset's own
+        // No preset: the model is [base]'s explicit keys, as in a scenario; without [base] there is none.
+        if (std::string(rule.key) == "preset" && base_tbl == nullptr)
+          throw InputError(input_error_message(
+              file, 0, "base.preset", {}, "no model",
+              "set [base] preset = \"llama3-8b\", [base] num_q_heads/num_kv_heads/head_size, or an [axes] preset list"));
+        continue;  // preset, kv_cache_dtype, block_size: [base]'s own or the preset's
       }
       a.values.push_back(it->second);
       a.labels.push_back(it->second.front() == '"' ? it->second.substr(1, it->second.size() - 2) : it->second);
+      a.lines.push_back(0);
     }
     axes.push_back(std::move(a));
   }
+  const long seed_line = root.get("seed") ? line_of(*root.get("seed")) : 0;
 
   // The cross product, last axis fastest.
   std::vector<size_t> idx(axes.size(), 0);
@@ -185,30 +306,46 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     for (size_t i = 0; i < axes.size(); ++i) at[axes[i].key] = i;
     auto value = [&](const char* k) { return axes[at.at(k)].values[idx[at.at(k)]]; };
     auto label = [&](const char* k) { return axes[at.at(k)].labels[idx[at.at(k)]]; };
+    auto origin = [&](const char* k) { return Origin{axes[at.at(k)].lines[idx[at.at(k)]], axes[at.at(k)].source}; };
     auto has = [&](const char* k) { return at.count(k) > 0; };
     auto varies = [&](const char* k) { return has(k) && axes[at.at(k)].values.size() > 1; };
 
-    std::string name = fmt::format("{}:{}x{}@{}", label("preset"), label("num_requests"), label("query_len"),
-                                   label("context_len"));
+    // Without a preset the model is [base]'s own, named after the sweep.
+    std::string name = fmt::format("{}:{}x{}@{}", has("preset") ? label("preset") : sw.name, label("num_requests"),
+                                   label("query_len"), label("context_len"));
     if (varies("shared_prefix_len") || label("shared_prefix_len") != "0") name += ":prefix=" + label("shared_prefix_len");
     if (varies("kv_cache_dtype")) name += ":kv=" + label("kv_cache_dtype");
     if (varies("block_size")) name += ":block=" + label("block_size");
     if (varies("cascade")) name += ":cascade=" + label("cascade");
     name += ":" + label("backend");
 
-    std::string text = fmt::format("name = \"{}\"\nseed = {}\n[model]\npreset = {}\n{}", name, seed, value("preset"),
-                                   base_text);
-    if (has("kv_cache_dtype")) text += fmt::format("kv_cache_dtype = {}\n", value("kv_cache_dtype"));
-    if (has("block_size")) text += fmt::format("block_size = {}\n", value("block_size"));
-    text += fmt::format("[batch]\nshared_prefix_len = {}\n[[batch.requests]]\ncount = {}\ncontext_len = {}\nquery_len = {}\n",
-                        value("shared_prefix_len"), value("num_requests"), value("context_len"), value("query_len"));
-    text += fmt::format("[run]\nbackends = [{}]\ncascade = {}\n{}", value("backend"), value("cascade"), run_text);
+    CaseText t;
+    t.add("name = " + text_of(toml::value<std::string>(name)));
+    t.add(fmt::format("seed = {}", seed), {seed_line, "seed"});
+    t.add("[model]", {base_tbl ? line_of(*base_tbl) : 0, "base"});
+    if (has("preset")) t.add("preset = " + value("preset"), origin("preset"));
+    t.append(base_plain);
+    if (has("kv_cache_dtype")) t.add("kv_cache_dtype = " + value("kv_cache_dtype"), origin("kv_cache_dtype"));
+    if (has("block_size")) t.add("block_size = " + value("block_size"), origin("block_size"));
+    t.append(base_tables);
+    t.add("[batch]");
+    t.add("shared_prefix_len = " + value("shared_prefix_len"), origin("shared_prefix_len"));
+    t.add("[[batch.requests]]", origin("num_requests"));
+    t.add("count = " + value("num_requests"), origin("num_requests"));
+    t.add("context_len = " + value("context_len"), origin("context_len"));
+    t.add("query_len = " + value("query_len"), origin("query_len"));
+    t.add("[run]", {0, "run"});
+    t.add("backends = [" + value("backend") + "]", origin("backend"));
+    t.add("cascade = " + value("cascade"), origin("cascade"));
+    t.append(run_lines);
+
     SweepCase c;
     c.name = name;
+    c.backend_line = origin("backend").line;
     try {
-      c.scenario = parse_scenario(text, file + " (case " + name + ")", base_dir);
+      c.scenario = parse_scenario(t.text(), file, base_dir);
     } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: the axes make an invalid case {}: {}", file, name, e.what()));
+      throw InputError(at_sweep_origin(e.what(), file, t, name));
     }
     c.cost = estimate_cost(c.scenario);
     sw.cases.push_back(std::move(c));

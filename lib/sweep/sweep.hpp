@@ -14,6 +14,7 @@ struct SweepCase {
   std::string name;      // unique in the sweep; the `scenario` column of its result rows
   Scenario scenario;
   double cost = 0;       // estimated work (FLOPs + bytes) for balancing shards
+  long backend_line = 0; // line of its axes.backend value in the sweep file (0: the default "auto")
 };
 
 struct Sweep {
@@ -22,7 +23,7 @@ struct Sweep {
 };
 
 // InputError naming file, line, key and value for a malformed sweep or a case that breaks a
-// scenario rule.
+// scenario rule (at the sweep file's line and key that make the case, not the generated text's).
 Sweep load_sweep(const std::string& path);
 Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir = ".");
 
