@@ -62,7 +62,9 @@ TEST_F(CliTest, VersionAndHelp) {
     const Result h = run_cli(std::string(verb) + " --help");
     EXPECT_EQ(h.code, 0) << verb;
   }
-  EXPECT_EQ(run_cli("no-such-verb").code, 2);
+  const Result bad = run_cli("no-such-verb");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("unknown verb 'no-such-verb' (verbs: list, describe"), std::string::npos) << bad.output;
 }
 
 TEST_F(CliTest, ListShowsPresetsBackendsAndBuild) {

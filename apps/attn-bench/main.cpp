@@ -1,7 +1,10 @@
 // attn-bench: a thin CLI over the attn library. Each verb lives in cmd_<verb>.cpp.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <new>
+#include <string>
+#include <vector>
 #include <fmt/format.h>
 
 #include "commands.hpp"
@@ -15,6 +18,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   attn::cli::Commands cmds;
   attn::cli::register_commands(app, cmds);
+  // An unknown verb names itself and the verbs (CLI11 would only say a subcommand is required).
+  const std::vector<CLI::App*> subs = app.get_subcommands({});
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(subs.begin(), subs.end(), [&](const CLI::App* sub) { return sub->check_name(argv[1]); })) {
+    std::string verbs;
+    for (const CLI::App* sub : subs) verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "attn-bench: error: unknown verb '%s' (verbs: %s; attn-bench --help)\n", argv[1], verbs.c_str());
+    return attn::kExitInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
