@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/values.hpp"
 #include "model/batch.hpp"
+#include "host_memory_limit.hpp"
 
 namespace attn {
 namespace {
@@ -238,18 +239,6 @@ TEST(Batch, ImpossibleShapesAreInputErrors) {
   EXPECT_THROW(make_batch(small_spec(), zero_q, 1), InputError);
 }
 
-// ATTN_HOST_MEMORY_MB for one test (the host-memory checks read it instead of /proc/meminfo).
-struct HostMemoryLimit {
-  std::optional<std::string> old;
-  explicit HostMemoryLimit(int mb) {
-    if (const char* v = std::getenv("ATTN_HOST_MEMORY_MB")) old = v;
-    ::setenv("ATTN_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1);
-  }
-  ~HostMemoryLimit() {
-    if (old) ::setenv("ATTN_HOST_MEMORY_MB", old->c_str(), 1);
-    else ::unsetenv("ATTN_HOST_MEMORY_MB");
-  }
-};
 
 // Errors about a shape from a scenario file name the file, the key's line and the full key.
 TEST(Batch, SizeErrorsNameTheScenarioKey) {

@@ -13,28 +13,14 @@
 #include <vector>
 
 #include "report/results.hpp"
+#include "run_cli.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = attn_test::CliResult;
+using attn_test::run_cli;
 
 std::string scenario(const std::string& name) { return std::string(ATTN_SOURCE_DIR) + "/scenarios/" + name; }
 

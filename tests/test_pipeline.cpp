@@ -12,6 +12,7 @@
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
+#include "host_memory_limit.hpp"
 #include "model/scenario.hpp"
 #include "pipeline/pipeline.hpp"
 
@@ -82,15 +83,9 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
 // A batch larger than the machine's memory fails before allocating, with what it needs and what
 // there is (ATTN_HOST_MEMORY_MB stands in for a small machine): the float64 reference as a runtime
 // error naming the request, the cpu backend's cache as an error row.
-class ScopedHostMemory {
- public:
-  explicit ScopedHostMemory(const char* mb) { setenv("ATTN_HOST_MEMORY_MB", mb, 1); }
-  ~ScopedHostMemory() { unsetenv("ATTN_HOST_MEMORY_MB"); }
-};
-
 TEST(PipelineCheck, BatchesLargerThanHostMemoryFailWithTheirSize) {
   {  // 40k keys x 256 float64 values = 82 MB of reference per worker, 164 MB of bf16 cache.
-    const ScopedHostMemory mem("50");
+    const HostMemoryLimit mem(50);
     const Scenario sc = scenario_from_cli("llama3-8b", "1x1@40000", 3);
     std::vector<std::unique_ptr<Backend>> registry;
     registry.push_back(make_cpu_backend());
@@ -105,7 +100,7 @@ TEST(PipelineCheck, BatchesLargerThanHostMemoryFailWithTheirSize) {
     }
   }
   {  // The reference fits, the cache does not.
-    const ScopedHostMemory mem("100");
+    const HostMemoryLimit mem(100);
     const Scenario sc = scenario_from_cli("llama3-8b", "1x1@40000", 3);
     std::vector<std::unique_ptr<Backend>> registry;
     registry.push_back(make_cpu_backend());

@@ -18,6 +18,7 @@
 #include "metadata/common.hpp"
 #include "model/scenario.hpp"
 #include "model/spec.hpp"
+#include "host_memory_limit.hpp"
 
 namespace attn {
 namespace {
@@ -705,18 +706,6 @@ std::vector<RequestShape> random_shapes(const Scenario& s);
 
 // ---- batch sizes against host memory -----------------------------------------------------------
 
-// ATTN_HOST_MEMORY_MB for one test (the host-memory checks read it instead of /proc/meminfo).
-struct HostMemoryLimit {
-  std::optional<std::string> old;
-  explicit HostMemoryLimit(int mb) {
-    if (const char* v = std::getenv("ATTN_HOST_MEMORY_MB")) old = v;
-    ::setenv("ATTN_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1);
-  }
-  ~HostMemoryLimit() {
-    if (old) ::setenv("ATTN_HOST_MEMORY_MB", old->c_str(), 1);
-    else ::unsetenv("ATTN_HOST_MEMORY_MB");
-  }
-};
 
 std::string runtime_error_of(const std::function<void()>& f) {
   try {

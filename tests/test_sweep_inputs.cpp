@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "report/results.hpp"
+#include "run_cli.hpp"
 #include "sweep/sweep.hpp"
 
 namespace attn {
@@ -19,24 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// The executable, as tests/test_cli.cpp runs it.
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = attn_test::CliResult;
+using attn_test::run_cli;
 
 // The message of the InputError that parsing `text` (as sweep file "sw.toml") throws; "" if none.
 std::string parse_error(const std::string& text) {

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "model/batch.hpp"
 #include "model/trace.hpp"
+#include "host_memory_limit.hpp"
 
 namespace attn {
 namespace {
@@ -347,17 +348,13 @@ TEST(Trace, StepTooLargeForHostMemoryNamesTheStep) {
   const Scenario s = trace_file_scenario(dir, "0,67108864,1\n", "max_num_batched_tokens = 67108864\nstep = 0\n");
   const std::vector<BatchShape> shapes = expand_shapes(s);
   ASSERT_EQ(shapes.size(), 1u);
-  const char* old = std::getenv("ATTN_HOST_MEMORY_MB");
-  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-  ::setenv("ATTN_HOST_MEMORY_MB", "64", 1);
   std::string msg = "<no RuntimeError>";
   try {
+    const HostMemoryLimit limit(64);
     make_batch(s.spec, shapes[0], s.seed);
   } catch (const RuntimeError& e) {
     msg = e.what();
   }
-  if (saved) ::setenv("ATTN_HOST_MEMORY_MB", saved->c_str(), 1);
-  else ::unsetenv("ATTN_HOST_MEMORY_MB");
   EXPECT_NE(msg.find("tr.toml:6: batch.trace.step = 0:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("of host memory"), std::string::npos) << msg;
 }
