@@ -408,12 +408,11 @@ ReferenceResult compute_reference(const Batch& b, const ReferenceOptions& opts) 
     const UnitBytes big = runner.largest_unit_bytes(units);
     const double outputs = static_cast<double>(rows) * (sh.dv + 1) * sizeof(double) + static_cast<double>(rows);
     const RequestShape& rq = b.requests[static_cast<size_t>(big.req)];
-    require_host_bytes(outputs + big.bytes,
+    const std::size_t avail = require_host_bytes(outputs + big.bytes,
                        fmt::format("{}: the float64 reference of request {} (context_len = {}, query_len = {}: "
                                    "{} keys x {} values per worker, + {} of outputs)",
                                    b.label, big.req, rq.context_len, rq.query_len, big.keys, big.values_per_key,
                                    format_bytes(outputs)));
-    const std::size_t avail = available_host_bytes();
     if (avail > 0)
       workers = std::clamp<int64_t>(static_cast<int64_t>((static_cast<double>(avail) - outputs) / big.bytes), 1,
                                     workers);

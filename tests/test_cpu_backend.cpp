@@ -479,6 +479,21 @@ TEST(Registry, CpuIsLastAndTheFallback) {
   EXPECT_EQ(select_backend({}, b.spec, b, &why), nullptr);
 }
 
+// all_backend_names is every build's registry: this build's backends are among its names, in
+// its order, and names match case-insensitively.
+TEST(Registry, AllBackendNamesHoldThisBuildsInOrder) {
+  const std::vector<std::string>& all = all_backend_names();
+  size_t at = 0;
+  for (const auto& be : make_registry()) {
+    while (at < all.size() && all[at] != be->name()) ++at;
+    ASSERT_LT(at, all.size()) << be->name() << " missing from all_backend_names, or out of order";
+  }
+  EXPECT_EQ(canonical_backend_name("FLASH_ATTN"), std::optional<std::string>("flash_attn"));
+  EXPECT_EQ(canonical_backend_name("Cpu"), std::optional<std::string>("cpu"));
+  EXPECT_EQ(canonical_backend_name("auto"), std::nullopt);
+  EXPECT_EQ(canonical_backend_name("flash-attn"), std::nullopt);
+}
+
 // ---- cache writes --------------------------------------------------------------------------------
 
 TEST(CpuCacheOps, NegativeSlotSkippedAndFp8Saturates) {

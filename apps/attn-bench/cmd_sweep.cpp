@@ -42,11 +42,7 @@ std::string clock_text(double s) {
 // --output must name a .csv in an existing folder (checked before any case runs).
 void check_output(const std::string& output) {
   if (output.empty()) throw InputError("sweep: --output FILE.csv is required (or --list)");
-  if (output.size() < 4 || output.compare(output.size() - 4, 4, ".csv") != 0)
-    throw InputError(fmt::format("--output {}: a sweep writes CSV (the file name must end in .csv)", output));
-  const std::filesystem::path dir = std::filesystem::absolute(output).parent_path();
-  if (!std::filesystem::is_directory(dir))
-    throw InputError(fmt::format("--output {}: the folder {} does not exist (create it first)", output, dir.string()));
+  check_output_path("--output", output, {".csv"});
 }
 
 // A backend the sweep names but this build lacks (a GPU sweep on a CPU-only build) would make

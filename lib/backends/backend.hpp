@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metadata/common.hpp"
@@ -87,6 +88,14 @@ class Backend {
 
 // Every backend of this build, in the selector's preference order.
 std::vector<std::unique_ptr<Backend>> make_registry();
+// Every backend attn-bench has, compiled into this build or not (a CPU-only build lacks the CUDA
+// ones), in the selector's order: a sweep or scenario for a GPU still loads on a CPU machine.
+const std::vector<std::string>& all_backend_names();
+// Backend names match case-insensitively, so vLLM's spelling (FLASH_ATTN) names flash_attn.
+bool same_backend_name(std::string_view a, std::string_view b);
+// A name of all_backend_names as the results spell it; nullopt when no backend has that name
+// ("auto" and "all" are not names).
+std::optional<std::string> canonical_backend_name(std::string_view name);
 // The `auto` choice (BACKGROUND.md, "Attention layer and selector"): the first available
 // backend that supports the batch; nullptr with *why filled when none does.
 const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry,

@@ -32,11 +32,12 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.0f} kB", bytes / 1e3);
 }
 
-void require_host_bytes(double bytes, const std::string& what) {
+std::size_t require_host_bytes(double bytes, const std::string& what) {
   const std::size_t avail = available_host_bytes();
   if (avail > 0 && bytes > static_cast<double>(avail))
     throw RuntimeError(fmt::format("{} needs {} of host memory; {} available", what, format_bytes(bytes),
                                    format_bytes(static_cast<double>(avail))));
+  return avail;
 }
 
 }  // namespace attn

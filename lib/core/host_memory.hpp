@@ -15,7 +15,8 @@ std::size_t available_host_bytes();
 std::string format_bytes(double bytes);
 
 // Throws RuntimeError "<what> needs <bytes> of host memory; <available> available" when
-// `bytes` exceeds what is available (nothing when that is unknown).
-void require_host_bytes(double bytes, const std::string& what);
+// `bytes` exceeds what is available (nothing when that is unknown). Returns the available
+// bytes it read (0: unknown), for a caller that sizes its work by them.
+std::size_t require_host_bytes(double bytes, const std::string& what);
 
 }  // namespace attn

@@ -1,7 +1,6 @@
 #include "pipeline/pipeline.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -106,13 +105,9 @@ std::vector<const Backend*> resolve_backends(const std::vector<std::string>& nam
       add(be);
     } else {
       // Names match case-insensitively, so vLLM's spelling (FLASH_ATTN) works too.
-      const auto lower = [](std::string x) {
-        for (char& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        return x;
-      };
       const Backend* found = nullptr;
       for (const auto& be : registry)
-        if (lower(be->name()) == lower(n)) found = be.get();
+        if (same_backend_name(be->name(), n)) found = be.get();
       if (found == nullptr) {
         std::string known;
         for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();

@@ -84,31 +84,16 @@ double estimate_cost(const Scenario& s) {
   return flops + bytes;
 }
 
-std::string lower(std::string x) {
-  for (char& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return x;
-}
-
-// The backend names a sweep may use: this build's, plus the CUDA backends of any build, so a GPU
-// sweep still loads (--list, --shard planning) on a CPU-only machine; run_sweep refuses to run
-// one that is not compiled in. "auto" and "all" as in the scenario's [run] backends.
-std::vector<std::string> known_backends() {
-  std::vector<std::string> names = {"flash_attn", "flashinfer", "flashmla"};
-  for (const auto& be : make_registry())
-    if (std::find(names.begin(), names.end(), be->name()) == names.end()) names.push_back(be->name());
-  return names;
-}
-
-// An axes.backend value in the spelling the results use: backend names match case-insensitively
-// (as `--backend` does), so "CPU" and "cpu" are one value and a repeat is caught as such.
+// An axes.backend value in the spelling the results use (canonical_backend_name: "CPU" and "cpu"
+// are one value, so a repeat is caught as such). Any backend name loads, compiled in or not, so a
+// GPU sweep is still listed and planned on a CPU-only machine; run_sweep refuses to run one this
+// build lacks. "auto" and "all" as in the scenario's [run] backends.
 std::string canonical_backend(const std::string& file, const toml::node& e) {
   const std::string name = e.as_string()->get();
   if (name == "auto" || name == "all") return name;
+  if (const std::optional<std::string> b = canonical_backend_name(name)) return *b;
   std::string known;
-  for (const std::string& b : known_backends()) {
-    if (lower(b) == lower(name)) return b;
-    known += b + ", ";
-  }
+  for (const std::string& b : all_backend_names()) known += b + ", ";
   fail(file, e, "axes.backend", "unknown backend", "known: " + known + "auto, all");
 }
 
