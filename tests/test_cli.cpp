@@ -3,15 +3,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backends/backend.hpp"
 #include "report/results.hpp"
 #include "run_cli.hpp"
 
@@ -59,6 +62,36 @@ TEST_F(CliTest, ListShowsPresetsBackendsAndBuild) {
   for (const char* s : {"llama3-8b", "qwen2-7b", "deepseek-v3", "cpu", "CUDA"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
   EXPECT_EQ(run_cli("list --format json").code, 0);
+}
+
+// Defect: `list --format json` wrote every number as a string ("q_heads": "32"). Numbers are JSON
+// numbers and yes/no facts booleans, in list and in the other verbs' tables (describe).
+TEST_F(CliTest, JsonTablesWriteNumbersAsNumbers) {
+  const std::regex quoted_number(R"(": "-?[0-9]+(\.[0-9]+)?")");
+  Result r = run_cli("list --format json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* s : {R"({"preset": "llama3-8b", "q_heads": 32, "kv_heads": 8, "head_size_qk": 128, "head_size_v": 128, )"
+                        R"("dtype": "bf16", "block": 16, )",
+                        R"("preset": "deepseek-v3", "q_heads": 128, "kv_heads": 1, "head_size_qk": 192, "head_size_v": 128)",
+                        R"({"backend": "cpu", "available": true, "reason": "", )"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\nin " << r.output;
+  EXPECT_FALSE(std::regex_search(r.output, quoted_number)) << r.output;
+  // CSV has the same columns; the console table keeps one head_size ("192/128" for MLA).
+  r = run_cli("list --format csv");
+  EXPECT_NE(r.output.find("preset,q_heads,kv_heads,head_size_qk,head_size_v,dtype,block,features,source\n"
+                          "llama3-8b,32,8,128,128,bf16,16,"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("backend,available,reason,description,features\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\ncpu,yes,,"), std::string::npos) << r.output;  // after the GPU backends of a CUDA build
+  r = run_cli("list");
+  EXPECT_NE(r.output.find(" 192/128 "), std::string::npos) << r.output;
+
+  r = run_cli("describe --model llama3-8b --batch 48x1@2048,2x512@1024 --format json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(R"("requests": 50, "tokens": 1072, )"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(R"("cascade": false, )"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::regex_search(r.output, quoted_number)) << r.output;
 }
 
 TEST_F(CliTest, DescribeScenarioAndCompactSpec) {
@@ -180,6 +213,84 @@ TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no result rows"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "fig"));
+}
+
+// Defect: `run --backend cpu --cuda-graph` was accepted and its rows quietly said
+// timing_method=wall. With no selected backend that can be timed as a CUDA graph here, the flag
+// is refused up front; with one that can (a GPU machine), it stands and cpu rows keep wall.
+TEST_F(CliTest, CudaGraphIsRefusedWhereNoSelectedBackendCanTakeIt) {
+  const std::string out = (dir_ / "r.csv").string();
+  const std::string quick = "run --model llama3-8b --batch 1x1@16 --iterations 1 --warmup 0 -q --cuda-graph -o " + out;
+  const std::string refusal = "--cuda-graph: backend cpu is timed by wall clock; CUDA graphs apply to GPU backends";
+  for (const char* backends : {" --backend cpu", " --backend CPU,cpu"}) {
+    const Result r = run_cli(quick + backends);
+    EXPECT_EQ(r.code, 2) << backends << "\n" << r.output;
+    EXPECT_NE(r.output.find(refusal), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  const std::string cpu_only = "seed = 1\n[model]\npreset = \"llama3-8b\"\n[[batch.requests]]\ncount = 1\n"
+                               "context_len = 16\nquery_len = 1\n[run]\nbackends = [\"cpu\"]\niterations = 1\nwarmup = 0\n";
+  Result r = run_cli("run " + write("cpu.toml", cpu_only) + " -q --cuda-graph -o " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(refusal), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  // A file's own cuda_graph = true is its preference, not a request to refuse: the cpu row runs.
+  r = run_cli("run " + write("cpu_graph.toml", cpu_only + "cuda_graph = true\n") + " -q -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(attn::read_csv(out).at(0).timing_method, "wall");
+  fs::remove(out);
+  // validate times nothing: it takes no --cuda-graph at all.
+  EXPECT_EQ(run_cli("validate --model llama3-8b --batch 1x1@16 --backend cpu -q --cuda-graph").code, 2);
+
+  // all and auto: refused exactly where this build and machine have no GPU backend that can run.
+  const auto registry = attn::make_registry();
+  const bool gpu = std::any_of(registry.begin(), registry.end(),
+                               [](const auto& be) { return attn::runs_on_device(*be) && be->available().ok; });
+  for (const char* backends : {" --backend all", " --backend auto"}) {
+    r = run_cli(quick + backends);
+    if (!gpu) {
+      EXPECT_EQ(r.code, 2) << backends << "\n" << r.output;
+      EXPECT_NE(r.output.find("--cuda-graph: "), std::string::npos) << r.output;
+      continue;
+    }
+    ASSERT_EQ(r.code, 0) << backends << "\n" << r.output;
+    for (const attn::ResultRow& row : attn::read_csv(out))
+      if (row.status == "pass") EXPECT_EQ(row.timing_method, row.backend == "cpu" ? "wall" : "cuda_graph") << row.backend;
+    fs::remove(out);
+  }
+}
+
+// Defect: a scenario's floats were echoed with 17 digits (k_abs = 0.9 as 0.90000000000000002 in
+// error messages; logits_soft_cap = 30.1 as the float's 30.100000381469727 in results rows).
+// Each is echoed as the shortest text that reads back the same.
+TEST_F(CliTest, ScenarioFloatsAreEchoedAsWritten) {
+  const std::string model = "seed = 1\n[model]\npreset = \"llama3-8b\"\nlogits_soft_cap = 30.1\n";
+  const std::string base = model + "[[batch.requests]]\ncount = 1\ncontext_len = 16\nquery_len = 1\n";
+  Result r = run_cli("describe " + write("bad.toml", base + "[check]\nk_abs = 0.9\n"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.toml:10: check.k_abs = 0.9: must be >= 1"), std::string::npos) << r.output;
+  r = run_cli("describe " + write("arr.toml", model + "[batch.random]\nnum_requests = 2\ncontext_len = [0.1, 1.0]\n"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("arr.toml:7: batch.random.context_len = [ 0.1, 1.0 ]: expected a table"), std::string::npos)
+      << r.output;
+
+  const std::string good = write("good.toml", base);
+  r = run_cli("describe " + good);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" soft_cap=30.1\n"), std::string::npos) << r.output;
+  const std::string csv = (dir_ / "r.csv").string(), json = (dir_ / "r.json").string();
+  r = run_cli("validate -q --backend cpu " + good + " -o " + csv + " -o " + json);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(attn::read_csv(csv).at(0).logits_soft_cap, 30.1);
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("logits_soft_cap": 30.1, )"), std::string::npos) << text;
+
+  // A sweep writes its cases as scenario text and echoes their values the same way.
+  r = run_cli("sweep --list " + write("sw.toml", "[base]\npreset = \"llama3-8b\"\nlogits_soft_cap = -0.3\n"
+                                                  "[axes]\ncontext_len = [16]\n"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("sw.toml:3: base.logits_soft_cap = -0.3: must be >= 0"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, CompareFailsOnSlowdown) {

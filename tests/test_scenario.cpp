@@ -18,6 +18,7 @@
 #include "metadata/common.hpp"
 #include "model/scenario.hpp"
 #include "model/spec.hpp"
+#include "model/toml_value_text.hpp"
 #include "host_memory_limit.hpp"
 
 namespace attn {
@@ -667,6 +668,28 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
     SCOPED_TRACE(c.label);
     const std::string msg = error_of([&] { parse_scenario(c.text, "bad.toml", kScenarioDir); });
     for (const std::string& part : c.parts) expect_has(msg, part);
+  }
+}
+
+// The TOML text that error messages quote and sweep cases are written in: floats in their
+// shortest round-trip form (toml++ alone writes 0.9 as 0.90000000000000002), still TOML floats,
+// also inside arrays and inline tables; the text parses back to the same values.
+TEST(ScenarioText, FloatsAreTheShortestTextThatReadsBack) {
+  const std::vector<std::pair<const char*, const char*>> cases = {  // (as written in a file, as quoted)
+      {"0.9", "0.9"},
+      {"1.0", "1.0"},
+      {"-0.0", "-0.0"},
+      {"1e300", "1e+300"},
+      {"inf", "inf"},
+      {"[0.1, [2.5, 'x'], { s = 0.3, 'q k' = 1 }]", "[ 0.1, [ 2.5, 'x' ], { 'q k' = 1, s = 0.3 } ]"},
+      {"{ dist = 'lognormal', sigma = 0.29 }", "{ dist = 'lognormal', sigma = 0.29 }"},
+      {"3", "3"},
+      {"[]", "[]"},
+  };
+  for (const auto& [written, quoted] : cases) {
+    const toml::table t = toml::parse(std::string("v = ") + written);
+    EXPECT_EQ(toml_value_text(*t.get("v")), quoted) << written;
+    EXPECT_TRUE(toml::parse(std::string("v = ") + quoted) == t) << written;
   }
 }
 

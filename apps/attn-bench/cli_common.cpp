@@ -85,19 +85,25 @@ void add_format_option(CLI::App& cmd, Format& f) {
 
 namespace attn::cli {
 
+namespace {
+
+void append_json_cell(std::string& out, const Cell& c) {
+  switch (c.kind) {
+    case Cell::Kind::number: out += c.text; break;
+    case Cell::Kind::boolean: out += c.text == "yes" ? "true" : "false"; break;
+    case Cell::Kind::text: append_json_string(out, c.text); break;
+  }
+}
+
+}  // namespace
 
 std::string Table::render(Format f) const {
-  const auto json = [](const std::string& x) {
-    std::string q;
-    append_json_string(q, x);
-    return q;
-  };
   std::string out;
   if (f == Format::csv) {
     for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + escape_csv_cell(columns[i]);
     out += "\n";
     for (const auto& r : rows) {
-      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + escape_csv_cell(r[i]);
+      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + escape_csv_cell(r[i].text);
       out += "\n";
     }
     return out;
@@ -106,8 +112,12 @@ std::string Table::render(Format f) const {
     out = "[\n";
     for (size_t k = 0; k < rows.size(); ++k) {
       out += "  {";
-      for (size_t i = 0; i < columns.size() && i < rows[k].size(); ++i)
-        out += (i ? ", " : "") + json(columns[i]) + ": " + json(rows[k][i]);
+      for (size_t i = 0; i < columns.size() && i < rows[k].size(); ++i) {
+        if (i) out += ", ";
+        append_json_string(out, columns[i]);
+        out += ": ";
+        append_json_cell(out, rows[k][i]);
+      }
       out += k + 1 < rows.size() ? "},\n" : "}\n";
     }
     return out + "]\n";
@@ -115,18 +125,18 @@ std::string Table::render(Format f) const {
   std::vector<size_t> w(columns.size());
   for (size_t i = 0; i < columns.size(); ++i) w[i] = columns[i].size();
   for (const auto& r : rows)
-    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].text.size());
+  auto line = [&](const std::vector<Cell>& cells) {
     std::string l;
     for (size_t i = 0; i < w.size(); ++i) {
-      const std::string& c = i < cells.size() ? cells[i] : std::string();
+      const std::string& c = i < cells.size() ? cells[i].text : std::string();
       l += c + std::string(w[i] - c.size() + (i + 1 < w.size() ? 2 : 0), ' ');
     }
     while (!l.empty() && l.back() == ' ') l.pop_back();
     return l + "\n";
   };
-  out += line(columns);
-  std::vector<std::string> rule;
+  out += line({columns.begin(), columns.end()});
+  std::vector<Cell> rule;
   for (size_t x : w) rule.push_back(std::string(x, '-'));
   out += line(rule);
   for (const auto& r : rows) out += line(r);

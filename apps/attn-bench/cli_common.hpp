@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the verbs: where scenarios come from, output formats, device ceilings.
 #include <CLI/CLI.hpp>
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,10 +51,29 @@ void apply_device_ceilings(PipelineOptions& opts);
 
 namespace attn::cli {
 
+// One cell of a Table: its text, and how JSON writes it. Text stays a JSON string; an integer,
+// or a number already formatted (Cell::number), is a JSON number; Cell::yes_no is yes/no in the
+// text formats and true/false in JSON.
+struct Cell {
+  enum class Kind { text, number, boolean };
+  std::string text;
+  Kind kind = Kind::text;
+  Cell(std::string s) : text(std::move(s)) {}
+  Cell(const char* s) : text(s) {}
+  template <std::integral T>
+    requires(!std::same_as<T, bool>)  // a bool is yes_no(b), never the number 0 or 1
+  Cell(T n) : text(std::to_string(n)), kind(Kind::number) {}
+  static Cell number(std::string formatted) { return {std::move(formatted), Kind::number}; }
+  static Cell yes_no(bool b) { return {b ? "yes" : "no", Kind::boolean}; }
+
+ private:
+  Cell(std::string s, Kind k) : text(std::move(s)), kind(k) {}
+};
+
 // A small table rendered as aligned text, CSV or JSON (an array of objects).
 struct Table {
   std::vector<std::string> columns;
-  std::vector<std::vector<std::string>> rows;
+  std::vector<std::vector<Cell>> rows;
   std::string render(Format f) const;
 };
 

@@ -11,19 +11,20 @@ namespace attn::cli {
 
 namespace {
 
+// The spec's floats in their shortest round-trip text: a scenario's soft_cap = 30.1 reads back as 30.1.
 std::string spec_line(const AttentionSpec& s) {
   std::string l = s.use_mla ? fmt::format("MLA q_heads={} latent={} qk={} v={}", s.num_q_heads, s.mla.latent_dim(),
                                           s.head_size_qk, s.head_size_v)
                             : fmt::format("q_heads={} kv_heads={} head_size={}", s.num_q_heads, s.num_kv_heads,
                                           s.head_size_qk == s.head_size_v ? std::to_string(s.head_size_qk)
                                                                           : fmt::format("{}/{}", s.head_size_qk, s.head_size_v));
-  l += fmt::format(" dtype={} kv_cache={} block={} layout={} scale={:.6g}", to_string(s.dtype),
+  l += fmt::format(" dtype={} kv_cache={} block={} layout={} scale={}", to_string(s.dtype),
                    to_string(s.kv_cache_dtype), s.block_size, s.kv_layout == KvLayout::NHD ? "NHD" : "HND", s.scale);
-  if (s.kv_fp8()) l += fmt::format(" k_scale={:.6g} v_scale={:.6g}", s.k_scale, s.v_scale);
-  if (s.q_fp8()) l += fmt::format(" q_scale={:.6g} (query in e4m3)", s.q_scale);
+  if (s.kv_fp8()) l += fmt::format(" k_scale={} v_scale={}", s.k_scale, s.v_scale);
+  if (s.q_fp8()) l += fmt::format(" q_scale={} (query in e4m3)", s.q_scale);
   if (!s.causal()) l += " non-causal";
   if (s.sliding_window) l += fmt::format(" window={}", s.sliding_window);
-  if (s.logits_soft_cap > 0) l += fmt::format(" soft_cap={:g}", s.logits_soft_cap);
+  if (s.logits_soft_cap > 0) l += fmt::format(" soft_cap={}", s.logits_soft_cap);
   if (s.alibi) l += " alibi";
   if (s.sinks) l += " sinks";
   return l;
@@ -60,14 +61,11 @@ int run_describe(const ScenarioArgs& args, Format f) {
                    human(m.flops, ""), human(m.bytes, ""), m.kv_tokens_read, m.bytes > 0 ? m.flops / m.bytes : 0.0);
         fmt::print("  cascade     {} ({})\n\n", m.cascade ? "yes" : "no", m.cascade_reason);
       }
-      t.rows.push_back({m.label, std::to_string(m.num_reqs), std::to_string(m.num_tokens),
-                        std::to_string(m.num_decodes), std::to_string(m.num_prefills),
-                        std::to_string(m.num_decode_tokens), std::to_string(m.num_prefill_tokens),
-                        std::to_string(m.max_query_len), std::to_string(m.max_seq_len), std::to_string(m.blocks_used),
-                        std::to_string(m.num_blocks), fmt::format("{:.0f}", m.kv_cache_bytes),
-                        std::to_string(m.kv_tokens_read), fmt::format("{:.0f}", m.flops),
-                        fmt::format("{:.0f}", m.bytes), std::to_string(m.common_prefix_len),
-                        m.cascade ? "yes" : "no", m.cascade_reason, spec_line(b.spec)});
+      t.rows.push_back({m.label, m.num_reqs, m.num_tokens, m.num_decodes, m.num_prefills, m.num_decode_tokens,
+                        m.num_prefill_tokens, m.max_query_len, m.max_seq_len, m.blocks_used, m.num_blocks,
+                        Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)), m.kv_tokens_read,
+                        Cell::number(fmt::format("{:.0f}", m.flops)), Cell::number(fmt::format("{:.0f}", m.bytes)),
+                        m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, spec_line(b.spec)});
     }
   }
   if (f != Format::table) fmt::print("{}", t.render(f));

@@ -19,10 +19,10 @@ int run_device(Format f) {
   if (!dev) throw RuntimeError(why);
   const DeviceCeilings m = measure_device_ceilings();
   Table t{{"device", "cc", "sms", "l2_mb", "memory_gb", "copy_gb_per_sec", "dram_peak_gb_per_sec", "bf16_tflops", "method"}, {}};
-  t.rows.push_back({m.name, m.cc, std::to_string(m.num_sms), fmt::format("{:.0f}", m.l2_bytes / 1048576.0),
-                    fmt::format("{:.1f}", dev->total_memory_bytes / 1e9), fmt::format("{:.0f}", m.copy_gbps),
-                    fmt::format("{:.0f}", dev->dram_peak_bytes_per_sec() / 1e9),
-                    fmt::format("{:.0f}", m.bf16_tflops), m.method});
+  const auto fixed = [](double x, int decimals) { return Cell::number(fmt::format("{:.{}f}", x, decimals)); };
+  t.rows.push_back({m.name, m.cc, m.num_sms, fixed(m.l2_bytes / 1048576.0, 0), fixed(dev->total_memory_bytes / 1e9, 1),
+                    fixed(m.copy_gbps, 0), fixed(dev->dram_peak_bytes_per_sec() / 1e9, 0), fixed(m.bf16_tflops, 0),
+                    m.method});
   fmt::print("{}", t.render(f));
   return 0;
 }

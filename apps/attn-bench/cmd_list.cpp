@@ -6,6 +6,7 @@
 #include "cli_common.hpp"
 #include "commands.hpp"
 #include "pipeline/pipeline.hpp"
+#include "report/text.hpp"
 
 namespace attn::cli {
 
@@ -17,32 +18,48 @@ std::string preset_features(const ModelPreset& p) {
   auto add = [&](const std::string& x) { f += (f.empty() ? "" : ", ") + x; };
   if (s.use_mla) add(fmt::format("MLA {}+{} latent", s.mla.kv_lora_rank, s.mla.qk_rope_head_dim));
   if (s.sliding_window) add(fmt::format("window {}", s.sliding_window));
-  if (s.logits_soft_cap > 0) add(fmt::format("soft cap {:g}", s.logits_soft_cap));
+  if (s.logits_soft_cap > 0) add(fmt::format("soft cap {}", s.logits_soft_cap));
   if (s.sinks) add("sinks");
   if (s.alibi) add("ALiBi");
   if (p.local_attention_chunk) add(fmt::format("local chunk {}", p.local_attention_chunk));
   return f.empty() ? "-" : f;
 }
 
+// Columns i and i + 1 of `t` as one column `name`, each row's two cells joined by `join`.
+template <class Join>
+void join_columns(Table& t, size_t i, std::string name, Join join) {
+  t.columns[i] = std::move(name);
+  t.columns.erase(t.columns.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  for (auto& row : t.rows) {
+    row[i] = join(row[i], row[i + 1]);
+    row.erase(row.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  }
+}
+
 int run_list(Format fmt_) {
-  Table presets{{"preset", "q_heads", "kv_heads", "head_size", "dtype", "block", "features", "source"}, {}};
+  // One typed column per fact, so that in JSON a head size is always a number and `available`
+  // always a boolean; the console table joins some of them below.
+  Table presets{{"preset", "q_heads", "kv_heads", "head_size_qk", "head_size_v", "dtype", "block", "features", "source"}, {}};
   for (const ModelPreset& p : model_presets())
-    presets.rows.push_back({p.name, std::to_string(p.spec.num_q_heads), std::to_string(p.spec.num_kv_heads),
-                            p.spec.head_size_qk == p.spec.head_size_v
-                                ? std::to_string(p.spec.head_size_qk)
-                                : fmt::format("{}/{}", p.spec.head_size_qk, p.spec.head_size_v),
-                            std::string(to_string(p.spec.dtype)), std::to_string(p.spec.block_size),
-                            preset_features(p), p.source});
-  Table backends{{"backend", "available", "description", "features"}, {}};
+    presets.rows.push_back({p.name, p.spec.num_q_heads, p.spec.num_kv_heads, p.spec.head_size_qk, p.spec.head_size_v,
+                            std::string(to_string(p.spec.dtype)), p.spec.block_size, preset_features(p), p.source});
+  Table backends{{"backend", "available", "reason", "description", "features"}, {}};
   const auto registry = make_registry();
   for (const auto& be : registry) {
     const Support a = be->available();
     std::string feats;
     for (const std::string& line : be->features()) feats += (feats.empty() ? "" : "; ") + line;
-    backends.rows.push_back({be->name(), a.ok ? "yes" : "no: " + a.reason, be->description(), feats});
+    backends.rows.push_back({be->name(), Cell::yes_no(a.ok), a.reason, be->description(), feats});
   }
   if (fmt_ == Format::table) {
-    // Features are listed one per line below the table, where they stay readable.
+    // Read by people: one head size where qk and v agree ("192/128" where not), an unavailable
+    // backend's reason beside its "no", and the features one per line below the table.
+    join_columns(presets, 3, "head_size", [](const Cell& qk, const Cell& v) {
+      return qk.text == v.text ? qk : Cell(qk.text + "/" + v.text);
+    });
+    join_columns(backends, 1, "available", [](const Cell& ok, const Cell& why) {
+      return why.text.empty() ? ok : Cell(ok.text + ": " + why.text);
+    });
     backends.columns.pop_back();
     for (auto& row : backends.rows) row.pop_back();
     fmt::print("{}\n\nModel presets\n{}\nBackends (selector order: `auto` takes the first available one that "
@@ -55,7 +72,9 @@ int run_list(Format fmt_) {
   } else if (fmt_ == Format::csv) {
     fmt::print("{}\n{}", presets.render(fmt_), backends.render(fmt_));
   } else {
-    fmt::print("{{\"build\": \"{}\",\n\"presets\": {},\n\"backends\": {}}}\n", build_info(), presets.render(fmt_),
+    std::string build;
+    append_json_string(build, build_info());
+    fmt::print("{{\"build\": {},\n\"presets\": {},\n\"backends\": {}}}\n", build, presets.render(fmt_),
                backends.render(fmt_));
   }
   return 0;

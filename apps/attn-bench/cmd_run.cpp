@@ -81,6 +81,7 @@ int run_verb(const RunArgs& a) {
     };
 
   const auto registry = make_registry();
+  check_cuda_graph_request(scenarios, registry, opts);
   if (opts.time) apply_device_ceilings(opts);
 
   std::vector<ResultRow> rows;
@@ -159,7 +160,9 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(at_least(0));
   run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");
   run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)")->excludes("--cold-l2");
-  run->add_flag("--cuda-graph", ra->cuda_graph, "Time CUDA-graph replays of run()");
+  run->add_flag("--cuda-graph", ra->cuda_graph,
+                "Time CUDA-graph replays of run() (GPU backends; cpu rows stay wall clock; refused when no selected "
+                "backend is a GPU backend that can run here)");
   run->add_flag("--no-read-floor", ra->no_read_floor,
                 "Skip the read floor (a bare streaming read of each GPU row's bytes, timed from the same cold L2)");
   run->add_option("--junit", ra->junit, "Also write a JUnit XML report");

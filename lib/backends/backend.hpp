@@ -96,6 +96,9 @@ bool same_backend_name(std::string_view a, std::string_view b);
 // A name of all_backend_names as the results spell it; nullopt when no backend has that name
 // ("auto" and "all" are not names).
 std::optional<std::string> canonical_backend_name(std::string_view name);
+// The backend's instances run on the CUDA device (timed by CUDA events or as a CUDA graph), not
+// on the host (timed by wall clock): every backend but cpu.
+bool runs_on_device(const Backend& backend);
 // The `auto` choice (BACKGROUND.md, "Attention layer and selector"): the first available
 // backend that supports the batch; nullptr with *why filled when none does.
 const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry,

@@ -42,6 +42,8 @@ std::optional<std::string> canonical_backend_name(std::string_view name) {
   return std::nullopt;
 }
 
+bool runs_on_device(const Backend& backend) { return !same_backend_name(backend.name(), "cpu"); }
+
 const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry, const AttentionSpec& spec,
                               const Batch& batch, std::string* why) {
   std::string reasons;

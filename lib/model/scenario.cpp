@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "model/toml_value_text.hpp"
 
 namespace attn {
 namespace {
@@ -38,18 +39,10 @@ long line_of(const toml::source_region& r) { return static_cast<long>(r.begin.li
 
 // A value as it reads in the file; long values (big tables) are cut short.
 std::string value_text(const toml::node& n) {
-  std::ostringstream os;
-  if (const toml::table* t = n.as_table()) {
-    if (!t->is_inline()) return "[table]";
-    os << *t;
-  } else if (const toml::array* a = n.as_array()) {
-    os << *a;
-  } else if (const toml::value<std::string>* str = n.as_string()) {
-    os << '"' << str->get() << '"';  // as most files write it (toml++ prints 'literal' strings)
-  } else {
-    n.visit([&os](const auto& v) { os << v; });
-  }
-  std::string s = os.str();
+  if (const toml::table* t = n.as_table(); t != nullptr && !t->is_inline()) return "[table]";
+  const toml::value<std::string>* str = n.as_string();
+  // Strings as most files write them (toml++ prints 'literal' strings).
+  std::string s = str != nullptr ? '"' + str->get() + '"' : toml_value_text(n);
   std::replace(s.begin(), s.end(), '\n', ' ');
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;

@@ -1,6 +1,7 @@
 #include "pipeline/pipeline.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -86,37 +87,82 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
   return s;
 }
 
+namespace {
+
+// The backend `name` names (case-insensitively, so vLLM's spelling FLASH_ATTN works too); an
+// unknown name is an InputError naming `source`.
+const Backend* named_backend(const std::string& name, const std::vector<std::unique_ptr<Backend>>& registry,
+                             const std::string& source) {
+  for (const auto& be : registry)
+    if (same_backend_name(be->name(), name)) return be.get();
+  std::string known;
+  for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();
+  throw InputError(fmt::format("{} = {}: unknown backend (known: {}, auto, all)", source, name, known));
+}
+
+void add_once(std::vector<const Backend*>& out, const Backend* be) {
+  if (std::find(out.begin(), out.end(), be) == out.end()) out.push_back(be);
+}
+
+// The backend names a scenario runs (--backend over its [run] backends) and where they came from.
+struct BackendNames {
+  const std::vector<std::string>& names;
+  std::string source;
+};
+BackendNames backend_names(const Scenario& s, const PipelineOptions& opts) {
+  if (opts.backends.empty()) return {s.run.backends, s.file + ": run.backends"};
+  return {opts.backends, "--backend"};
+}
+
+}  // namespace
+
 std::vector<const Backend*> resolve_backends(const std::vector<std::string>& names,
                                              const std::vector<std::unique_ptr<Backend>>& registry,
                                              const AttentionSpec& spec, const Batch& batch,
                                              std::string* auto_note, const std::string& source) {
   std::vector<const Backend*> out;
-  auto add = [&](const Backend* be) {
-    if (std::find(out.begin(), out.end(), be) == out.end()) out.push_back(be);
-  };
   for (const std::string& n : names) {
     if (n == "all") {
-      for (const auto& be : registry) add(be.get());
+      for (const auto& be : registry) add_once(out, be.get());
     } else if (n == "auto") {
       std::string why;
       const Backend* be = select_backend(registry, spec, batch, &why);
       if (be == nullptr) throw InputError("no backend supports this batch: " + why);
       if (auto_note) *auto_note = "auto -> " + be->name();
-      add(be);
+      add_once(out, be);
     } else {
-      // Names match case-insensitively, so vLLM's spelling (FLASH_ATTN) works too.
-      const Backend* found = nullptr;
-      for (const auto& be : registry)
-        if (same_backend_name(be->name(), n)) found = be.get();
-      if (found == nullptr) {
-        std::string known;
-        for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();
-        throw InputError(fmt::format("{} = {}: unknown backend (known: {}, auto, all)", source, n, known));
-      }
-      add(found);
+      add_once(out, named_backend(n, registry, source));
     }
   }
   return out;
+}
+
+void check_cuda_graph_request(const std::vector<Scenario>& scenarios,
+                              const std::vector<std::unique_ptr<Backend>>& registry, const PipelineOptions& opts) {
+  if (!opts.time || !opts.cuda_graph.value_or(false)) return;
+  std::vector<const Backend*> selected;
+  for (const Scenario& s : scenarios) {
+    const BackendNames b = backend_names(s, opts);
+    for (const std::string& n : b.names) {
+      if (n == "all" || n == "auto") {
+        for (const auto& be : registry) add_once(selected, be.get());
+      } else {
+        add_once(selected, named_backend(n, registry, b.source));
+      }
+    }
+  }
+  std::string why;
+  for (const Backend* be : selected) {
+    if (!why.empty()) why += ", ";
+    if (!runs_on_device(*be)) {
+      why += fmt::format("backend {} is timed by wall clock", be->name());
+      continue;
+    }
+    const Support here = be->available();
+    if (here.ok) return;
+    why += fmt::format("backend {} cannot run here ({})", be->name(), here.reason);
+  }
+  throw InputError(fmt::format("--cuda-graph: {}; CUDA graphs apply to GPU backends", why));
 }
 
 namespace {
@@ -140,6 +186,16 @@ Batch single_request_batch(const Batch& b, int r) {
   return sub;
 }
 
+// The double a float of the spec stands for: the shortest decimal that reads back as that float
+// (30.1 for the float nearest 30.1, whose exact value 30.100000381469727 a double column would
+// otherwise echo), so the results show the scenario's values as written.
+double decimal_of(float x) {
+  const std::string text = fmt::format("{}", x);
+  double d = 0;
+  std::from_chars(text.data(), text.data() + text.size(), d);
+  return d;
+}
+
 void fill_spec_columns(ResultRow& row, const Batch& b) {
   const AttentionSpec& sp = b.spec;
   row.num_q_heads = sp.num_q_heads;
@@ -151,11 +207,11 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.kv_layout = sp.kv_layout == KvLayout::NHD ? "NHD" : "HND";
   row.block_size = sp.block_size;
   row.sliding_window = sp.sliding_window;
-  row.logits_soft_cap = sp.logits_soft_cap;
-  row.scale = sp.scale;
-  row.k_scale = sp.k_scale;
-  row.v_scale = sp.v_scale;
-  row.q_scale = sp.q_scale;  // 0 = queries not quantized
+  row.logits_soft_cap = decimal_of(sp.logits_soft_cap);
+  row.scale = decimal_of(sp.scale);
+  row.k_scale = decimal_of(sp.k_scale);
+  row.v_scale = decimal_of(sp.v_scale);
+  row.q_scale = decimal_of(sp.q_scale);  // 0 = queries not quantized
   row.alibi = sp.alibi;
   row.sinks = sp.sinks;
   row.causal = sp.causal();
@@ -192,7 +248,7 @@ constexpr double kMinSensitivity = 4.0;
 PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
                             const PipelineOptions& opts) {
   PipelineResult result;
-  const std::vector<std::string>& names = opts.backends.empty() ? s.run.backends : opts.backends;
+  const BackendNames selection = backend_names(s, opts);
   TimingOptions topts;
   topts.warmup = opts.warmup.value_or(s.run.warmup);
   topts.iterations = opts.iterations.value_or(s.run.iterations);
@@ -209,8 +265,8 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     const CommonAttentionMetadata meta = build_common_metadata(batch);
     const BatchSummary summary = summarize_batch(batch, ropts.num_sms);
     std::string auto_note;
-    const std::vector<const Backend*> backends = resolve_backends(
-        names, registry, s.spec, batch, &auto_note, opts.backends.empty() ? s.file + ": run.backends" : "--backend");
+    const std::vector<const Backend*> backends =
+        resolve_backends(selection.names, registry, s.spec, batch, &auto_note, selection.source);
 
     // Support is decided first, so a batch no selected backend can run costs no reference.
     std::vector<Support> support;
@@ -273,7 +329,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.build = build;
       row.git_rev = git_rev();
       row.timestamp = timestamp;
-      row.device = be->name() == "cpu" ? "host cpu" : opts.device_name;
+      row.device = runs_on_device(*be) ? opts.device_name : "host cpu";
 
       const Support& sup = support[bi];
       if (!sup.ok) {

@@ -52,6 +52,15 @@ std::vector<const Backend*> resolve_backends(const std::vector<std::string>& nam
                                              const AttentionSpec& spec, const Batch& batch,
                                              std::string* auto_note, const std::string& source = "--backend");
 
+// An explicit --cuda-graph (opts.cuda_graph set, in a timed run) that no backend the scenarios
+// select can honour on this build and machine is an InputError naming the flag, raised before
+// anything runs: its rows would only say timing_method=wall (cpu) or be skipped (no device).
+// With one backend that can, it stands, and the others keep their own timing. `auto` counts
+// every backend of the registry, as its choice depends on the batch. A scenario's own [run]
+// cuda_graph is not checked: it is the file's preference, so a GPU scenario still runs on cpu.
+void check_cuda_graph_request(const std::vector<Scenario>& scenarios,
+                              const std::vector<std::unique_ptr<Backend>>& registry, const PipelineOptions& opts);
+
 // "describe" facts of one batch.
 struct BatchSummary {
   std::string label;

@@ -14,6 +14,7 @@
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
+#include "model/toml_value_text.hpp"
 
 namespace attn {
 
@@ -23,15 +24,9 @@ namespace fs = std::filesystem;
 
 long line_of(const toml::node& n) { return static_cast<long>(n.source().begin.line); }
 
-std::string text_of(const toml::node& n) {
-  std::ostringstream os;
-  n.visit([&](auto&& v) { os << v; });
-  return os.str();
-}
-
 // A value as error messages show it: strings in double quotes, as the scenario parser's do.
 std::string shown(const toml::node& n) {
-  return n.is_string() ? fmt::format("\"{}\"", n.as_string()->get()) : text_of(n);
+  return n.is_string() ? fmt::format("\"{}\"", n.as_string()->get()) : toml_value_text(n);
 }
 
 [[noreturn]] void fail(const std::string& file, const toml::node& n, const std::string& key, const std::string& what,
@@ -133,10 +128,10 @@ void base_lines(const std::string& file, const toml::table& base, CaseText& plai
       for (auto&& [k2, v2] : *sub) {
         const std::string key2 = "base." + key + "." + std::string(k2.str());
         if (v2.is_table()) fail(file, v2, key2, "unexpected table", "[base." + key + "] holds plain values");
-        tables.add(fmt::format("{} = {}", k2.str(), text_of(v2)), {line_of(v2), key2});
+        tables.add(fmt::format("{} = {}", k2.str(), toml_value_text(v2)), {line_of(v2), key2});
       }
     } else {
-      plain.add(fmt::format("{} = {}", key, text_of(v)), {line_of(v), "base." + key});
+      plain.add(fmt::format("{} = {}", key, toml_value_text(v)), {line_of(v), "base." + key});
     }
   }
 }
@@ -212,7 +207,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     if (!n->is_table()) fail(file, *n, "run", "expected a table of [run] keys");
     check_keys(file, *n->as_table(), "run", {"warmup", "iterations", "cold_l2", "cuda_graph", "num_layers"});
     for (auto&& [k, v] : *n->as_table())
-      run_lines.add(fmt::format("{} = {}", k.str(), text_of(v)), {line_of(v), "run." + std::string(k.str())});
+      run_lines.add(fmt::format("{} = {}", k.str(), toml_value_text(v)), {line_of(v), "run." + std::string(k.str())});
   }
 
   const toml::table* axes_tbl = root.get_as<toml::table>("axes");
@@ -249,7 +244,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
         } else {
           if (!e.is_string() || e.as_string()->get().empty()) fail(file, e, key, "expected non-empty strings");
           a.labels.push_back(key == "axes.backend" ? canonical_backend(file, e) : e.as_string()->get());
-          a.values.push_back(text_of(toml::value<std::string>(a.labels.back())));
+          a.values.push_back(toml_value_text(toml::value<std::string>(a.labels.back())));
         }
         a.lines.push_back(line_of(e));
       }
@@ -260,8 +255,8 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
                  key == "axes.backend" ? "backend names ignore case" : "");
     } else if (const toml::node* b = model_key && base_tbl ? base_tbl->get(rule.key) : nullptr) {
       a.source = std::string("base.") + rule.key;
-      a.values.push_back(text_of(*b));
-      a.labels.push_back(b->is_string() ? b->as_string()->get() : text_of(*b));
+      a.values.push_back(toml_value_text(*b));
+      a.labels.push_back(b->is_string() ? b->as_string()->get() : toml_value_text(*b));
       a.lines.push_back(line_of(*b));
     } else {
       static const std::map<std::string, std::string> kDefault = {
@@ -305,7 +300,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     name += ":" + label("backend");
 
     CaseText t;
-    t.add("name = " + text_of(toml::value<std::string>(name)));
+    t.add("name = " + toml_value_text(toml::value<std::string>(name)));
     t.add(fmt::format("seed = {}", seed), {seed_line, "seed"});
     t.add("[model]", {base_tbl ? line_of(*base_tbl) : 0, "base"});
     if (has("preset")) t.add("preset = " + value("preset"), origin("preset"));

@@ -171,6 +171,8 @@ double min_cosine_of_flow(const Budget& budget, double flow, double floor_rel_l2
   return std::min(budget.min_cosine, 1.0 - 0.5 * l2 * l2);
 }
 
+// The budget's factors, set by the scenario's [check], are echoed as written (shortest round-trip
+// text); the measured numbers to a few digits.
 std::string budget_failure(const Accumulated& acc, const Budget& budget, double floor_rel_l2, double min_cosine,
                            const std::string& worst) {
   if (acc.nan_mismatches > 0) {
@@ -180,16 +182,16 @@ std::string budget_failure(const Accumulated& acc, const Budget& budget, double 
   if (acc.over > 0) {
     const std::string rule =
         budget.fixed_elementwise()
-            ? fmt::format("atol + rtol*|ref| (atol={:g} rtol={:g})", budget.atol.value_or(0), budget.rtol.value_or(0))
-            : fmt::format("{:g} x u x (|ref| + row rms) (u={:g}, {})", budget.k_abs, unit_roundoff(budget.precision),
+            ? fmt::format("atol + rtol*|ref| (atol={} rtol={})", budget.atol.value_or(0), budget.rtol.value_or(0))
+            : fmt::format("{} x u x (|ref| + row rms) (u={:g}, {})", budget.k_abs, unit_roundoff(budget.precision),
                           to_string(budget.precision));
     return fmt::format("{} of {} elements exceed {}; max_abs_err={:.3g} ({:.3g} x allowed); worst {}", acc.over,
                        acc.checked, rule, acc.max_abs, acc.worst_ratio, worst);
   }
   if (budget.max_rel_l2) {
-    if (acc.rel_l2() > *budget.max_rel_l2) return fmt::format("rel_l2 {:.3g} > {:g}", acc.rel_l2(), *budget.max_rel_l2);
+    if (acc.rel_l2() > *budget.max_rel_l2) return fmt::format("rel_l2 {:.3g} > {}", acc.rel_l2(), *budget.max_rel_l2);
   } else if (acc.rel_l2() > budget.k_l2 * floor_rel_l2) {
-    return fmt::format("rel_l2 {:.3g} > {:g} x floor {:.3g} ({} rounding of the exact result): {:.2f} x floor",
+    return fmt::format("rel_l2 {:.3g} > {} x floor {:.3g} ({} rounding of the exact result): {:.2f} x floor",
                        acc.rel_l2(), budget.k_l2, floor_rel_l2, to_string(budget.precision),
                        acc.rel_l2() / floor_rel_l2);
   }
