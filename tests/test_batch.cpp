@@ -515,6 +515,27 @@ TEST(Batch, CountWorkMlaUsesAbsorbedDecodeAndMhaPrefill) {
   EXPECT_DOUBLE_EQ(w.bytes, 2.0 * (11 * 16 * 192 + 11 * 16 * 128 + (11 + 375) * 576));
 }
 
+// Two-token decodes (speculative decoding, MTP) run the absorbed decode on FLASHMLA when two is
+// the batch's shortest query, and count as such; beside one-token decodes they are prefills.
+TEST(Batch, CountWorkMlaTwoTokenDecodesAreAbsorbedWhereTheyAreTheDecodes) {
+  AttentionSpec s = mla_spec();
+  BatchShape sh;
+  sh.requests = {{300, 2}, {100, 2}, {64, 10}};
+  Batch b = make_batch(s, sh, 2);
+  EXPECT_EQ(mla_decode_query_len(b), 2);
+  const int64_t decode_pairs = 301 + 302 + 101 + 102, prefill_pairs = 10 * 65 + 45;
+  EXPECT_DOUBLE_EQ(count_work(b).flops, 2.0 * 16 * (decode_pairs * (576 + 512) + prefill_pairs * (192 + 128)));
+
+  sh.requests = {{300, 2}, {100, 1}};
+  b = make_batch(s, sh, 2);
+  EXPECT_EQ(mla_decode_query_len(b), 1);
+  EXPECT_DOUBLE_EQ(count_work(b).flops, 2.0 * 16 * (101 * (576 + 512) + (301 + 302) * (192 + 128)));
+
+  sh.requests = {{300, 3}};
+  b = make_batch(s, sh, 2);
+  EXPECT_EQ(mla_decode_query_len(b), 0);
+}
+
 TEST(Batch, LargeBatchDescribesFast) {
   BatchShape sh;
   sh.label = "big";

@@ -454,15 +454,24 @@ int64_t causal_pairs(const Batch& b, int64_t p0, int64_t p1) {
 
 // FLOPs: 2 multiply-adds per visible (q, k) pair and head for QK^T and for PV.
 //   MHA/GQA: 2 · (head_size_qk + head_size_v) per pair and q head.
-//   MLA: decode tokens (query_len == 1) are counted in the absorbed form the decode kernels run
-//   (576-wide MQA scores over the latent cache, 512-wide values): 2 · (576 + 512); prefill
-//   tokens in the up-projected MHA form (192-wide q·k, 128-wide values): 2 · (192 + 128). The
-//   W_UK/W_UV projections themselves are not attention and are not counted.
+//   MLA: decode tokens (requests of mla_decode_query_len: one new token, or two where the batch's
+//   shortest query is two) are counted in the absorbed form the decode kernel runs (576-wide MQA
+//   scores over the latent cache, 512-wide values): 2 · (576 + 512); prefill tokens in the
+//   up-projected MHA form (192-wide q·k, 128-wide values): 2 · (192 + 128). The W_UK/W_UV
+//   projections themselves are not attention and are not counted.
 // Bytes: Q read + O written (model dtype), new K/V written and each distinct visible cache token
 //   read once per kv head (cache dtype). MLA reads and writes one 576-wide latent entry per token
 //   (K and V share it).
+int mla_decode_query_len(const Batch& b) {
+  int d = 0;
+  for (const RequestShape& r : b.requests)
+    if (r.query_len >= 1 && r.query_len <= 2 && (d == 0 || r.query_len < d)) d = r.query_len;
+  return d;
+}
+
 WorkCounts count_work(const Batch& b) {
   const AttentionSpec& s = b.spec;
+  const int mla_decode_len = s.use_mla ? mla_decode_query_len(b) : 0;
   const double model_bytes = static_cast<double>(dtype_size(s.dtype));
   const double cache_bytes = static_cast<double>(dtype_size(s.kv_cache_dtype));
   WorkCounts w;
@@ -486,7 +495,8 @@ WorkCounts count_work(const Batch& b) {
     w.attended_pairs += pairs;
     double width;
     if (s.use_mla)
-      width = rq.query_len == 1 ? s.mla.latent_dim() + s.mla.kv_lora_rank : s.mla.qk_head_dim() + s.mla.v_head_dim;
+      width = rq.query_len == mla_decode_len ? s.mla.latent_dim() + s.mla.kv_lora_rank
+                                             : s.mla.qk_head_dim() + s.mla.v_head_dim;
     else
       width = s.head_size_qk + s.head_size_v;
     flops_per_head_pairs += static_cast<double>(pairs) * width;

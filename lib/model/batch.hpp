@@ -101,4 +101,11 @@ struct WorkCounts {
 };
 WorkCounts count_work(const Batch& b);
 
+// The query length of an MLA batch's decodes: vLLM reorders the batch so that requests of at most
+// the reorder threshold come first, and the FLASHMLA split-KV decode kernel takes one query length
+// of 1 or 2 per launch, so the decodes are the requests of the shortest query length when that is
+// 1 or 2; every other request is a prefill. 0: no decodes. count_work counts these tokens in the
+// absorbed form the decode kernel runs.
+int mla_decode_query_len(const Batch& b);
+
 }  // namespace attn

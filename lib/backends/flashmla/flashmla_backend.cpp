@@ -39,17 +39,6 @@ namespace {
 using flashmla::cublas_check;
 using flashmla::upload;
 
-// vLLM reorders a MLA batch so that the decodes come first (reorder_batch_threshold): here the
-// decodes are the requests of the shortest query length if that is 1 or 2 (all of them run the
-// split-KV decode kernel, which needs one q_len per launch); every other request is a prefill.
-// 0: no decodes.
-int decode_q_len_of(const Batch& b) {
-  int d = 0;
-  for (const RequestShape& r : b.requests)
-    if (r.query_len >= 1 && r.query_len <= 2 && (d == 0 || r.query_len < d)) d = r.query_len;
-  return d;
-}
-
 class FlashMlaInstance final : public BackendInstance {
  public:
   FlashMlaInstance(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts, const FlashMlaOptions& fo)
@@ -64,7 +53,7 @@ class FlashMlaInstance final : public BackendInstance {
     const std::size_t es = dtype_size(s.dtype);
 
     // Internal order: decodes, then prefills, each in batch order; token_of_ maps back.
-    q_len_ = decode_q_len_of(b);
+    q_len_ = mla_decode_query_len(b);
     std::vector<int> order;
     for (int r = 0; r < b.num_reqs(); ++r)
       if (b.requests[r].query_len == q_len_) order.push_back(r);
@@ -234,7 +223,7 @@ class FlashMlaInstance final : public BackendInstance {
     // vLLM's data flow rounds one intermediate to the model dtype before O: the absorbed q_latent
     // (decode; o_latent stays fp32 here) or the up-projected K/V (prefill). The reference of that
     // flow includes the rounding.
-    out.mla_flow_decode_q_len = decode_q_len_of(batch_);
+    out.mla_flow_decode_q_len = mla_decode_query_len(batch_);
     const int64_t row = int64_t{s.num_q_heads} * s.head_size_v;
     const std::size_t n = static_cast<std::size_t>(out.num_tokens * row);
     std::vector<uint8_t> raw(n * dtype_size(s.dtype));
