@@ -175,6 +175,8 @@ TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
       {quick + " --seed -1", "--seed: -1: not an integer in [0, 2^64)"},
       {quick + " --seed 99999999999999999999", "not an integer in [0, 2^64)"},
       {quick + " --check-sample -1", "-1: must be >= 0"},
+      {"sweep " + scenario("sweeps/cpu_quick.toml") + " --shard 0/24 -q --check-sample -1 -o " + out, "-1: must be >= 0"},
+      {"sweep " + scenario("sweeps/cpu_quick.toml") + " --shard 0/24 -q --warmup -1 -o " + out, "-1: must be >= 0"},
       {"run --model llama3-8b --batch 1x1@16 --backend cpu -q --iterations 0", "0: must be >= 1"},
       {"validate --model llama3-8b --batch 1x1@16 -q --backend ''", "--backend '': no backend named"},
       {"validate --model llama3-8b --batch 1x1@16 -q --backend ,", "--backend ',': no backend named"},
@@ -194,7 +196,15 @@ TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
                                          "context_len = 16\nquery_len = 1\n[run]\nbackends = [\"nosuch\"]\n");
   Result r = run_cli("validate -q " + sc);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("b.toml: run.backends = nosuch: unknown backend"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("b.toml:9: run.backends = \"nosuch\": unknown backend"), std::string::npos) << r.output;
+  // ... when the file loads, so describe refuses it too, and a typo gets its suggestion.
+  const std::string typo = write("t.toml", "seed = 1\n[model]\npreset = \"llama3-8b\"\n[[batch.requests]]\ncount = 1\n"
+                                           "context_len = 16\nquery_len = 1\n[run]\nbackends = [\"cpu\",\n"
+                                           "  \"flash_atn\"]\n");
+  r = run_cli("describe " + typo);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("t.toml:10: run.backends = \"flash_atn\": unknown backend"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean \"flash_attn\"?"), std::string::npos) << r.output;
   // report verbs: merge names its format, markdown refuses a folder, plot an empty file and a
   // baseline no row has.
   ASSERT_EQ(run_cli(quick + " -o " + out).code, 0);

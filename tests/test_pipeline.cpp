@@ -112,5 +112,34 @@ TEST(PipelineCheck, BatchesLargerThanHostMemoryFailWithTheirSize) {
   }
 }
 
+// A backend this build lacks (the CUDA ones of a CPU-only build) is named as such, not as a typo;
+// a name that is no backend lists the names there are.
+TEST(PipelineBackends, NotBuiltIsToldApartFromUnknown) {
+  std::vector<std::unique_ptr<Backend>> cpu_only;
+  cpu_only.push_back(make_cpu_backend());
+  AttentionSpec spec;
+  spec.num_q_heads = spec.num_kv_heads = 1;
+  spec.head_size_qk = spec.head_size_v = 16;
+  BatchShape shape;
+  shape.requests = {{4, 1}};
+  const Batch b = make_batch(spec, shape, 1);
+  auto message = [&](const std::string& name) {
+    try {
+      resolve_backends({name}, cpu_only, spec, b, nullptr, "f.toml: run.backends");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("FLASH_ATTN").find("f.toml: run.backends = flash_attn: not in this build (it has cpu;"),
+            std::string::npos)
+      << message("FLASH_ATTN");
+  EXPECT_NE(message("flash_atn").find("flash_atn: unknown backend (known: flash_attn, flashinfer, flashmla, cpu, "
+                                      "auto, all)"),
+            std::string::npos)
+      << message("flash_atn");
+  EXPECT_EQ(resolve_backends({"CPU", "all"}, cpu_only, spec, b, nullptr).size(), 1u);
+}
+
 }  // namespace
 }  // namespace attn

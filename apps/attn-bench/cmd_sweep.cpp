@@ -301,11 +301,12 @@ void add_sweep(CLI::App& app, Commands& c) {
   cmd->add_option("--devices", a->devices,
                   "GPUs of this node, e.g. 0,1,2,3: one shard process per GPU, then the shards merged into --output");
   cmd->add_option("--iterations", a->iterations, "Timed samples per case (overrides the sweep's [run])")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", a->warmup, "Warm-up runs per case")->check(CLI::NonNegativeNumber);
+      ->check(at_least(1));
+  cmd->add_option("--warmup", a->warmup, "Warm-up runs per case")->check(at_least(0));
   cmd->add_flag("--validate-only", a->validate_only, "Check every case, time none");
   cmd->add_option("--check-sample", a->check_sample,
-                  "Check at most N (request, head) pairs per case against the reference (0 = all)");
+                  "Check at most N (request, head) pairs per case against the reference (0 = all)")
+      ->check(at_least(0));
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar");
   cmd->callback([&c, a] { c.selected = [a] { return run_sweep(*a); }; });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "metadata/common.hpp"
+#include "model/backend_names.hpp"  // all_backend_names, same_backend_name, canonical_backend_name
 #include "model/batch.hpp"
 
 namespace attn {
@@ -88,14 +89,6 @@ class Backend {
 
 // Every backend of this build, in the selector's preference order.
 std::vector<std::unique_ptr<Backend>> make_registry();
-// Every backend attn-bench has, compiled into this build or not (a CPU-only build lacks the CUDA
-// ones), in the selector's order: a sweep or scenario for a GPU still loads on a CPU machine.
-const std::vector<std::string>& all_backend_names();
-// Backend names match case-insensitively, so vLLM's spelling (FLASH_ATTN) names flash_attn.
-bool same_backend_name(std::string_view a, std::string_view b);
-// A name of all_backend_names as the results spell it; nullopt when no backend has that name
-// ("auto" and "all" are not names).
-std::optional<std::string> canonical_backend_name(std::string_view name);
 // The backend's instances run on the CUDA device (timed by CUDA events or as a CUDA graph), not
 // on the host (timed by wall clock): every backend but cpu.
 bool runs_on_device(const Backend& backend);

@@ -25,23 +25,6 @@ std::vector<std::unique_ptr<Backend>> make_registry() {
   return registry;
 }
 
-const std::vector<std::string>& all_backend_names() {
-  static const std::vector<std::string> names = {"flash_attn", "flashinfer", "flashmla", "cpu"};
-  return names;
-}
-
-bool same_backend_name(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-  });
-}
-
-std::optional<std::string> canonical_backend_name(std::string_view name) {
-  for (const std::string& b : all_backend_names())
-    if (same_backend_name(b, name)) return b;
-  return std::nullopt;
-}
-
 bool runs_on_device(const Backend& backend) { return !same_backend_name(backend.name(), "cpu"); }
 
 const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry, const AttentionSpec& spec,

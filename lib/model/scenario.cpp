@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "model/backend_names.hpp"
 #include "model/toml_value_text.hpp"
 
 namespace attn {
@@ -749,11 +750,21 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
     if (a == nullptr || a->empty() || !a->is_homogeneous(toml::node_type::string))
       fail(file, r.where("backends", *n), "expected a non-empty array of backend names",
            "e.g. [\"auto\"], [\"all\"] or [\"cpu\", \"flash_attn\"]");
+    // Checked here, against every backend attn-bench has (compiled into this build or not), so a
+    // typo is an error at its line before anything runs; kept in the spelling the results use.
     run.backends.clear();
+    std::vector<std::string> choices = all_backend_names();
+    choices.insert(choices.end(), {"auto", "all"});
     for (const toml::node& e : *a) {
       const std::string name = e.as_string()->get();
       if (name.empty()) fail(file, r.where("backends", *n), "empty backend name");
-      run.backends.push_back(name);
+      if (name == "auto" || name == "all") {
+        run.backends.push_back(name);
+      } else if (const std::optional<std::string> b = canonical_backend_name(name)) {
+        run.backends.push_back(*b);
+      } else {
+        fail(file, r.where("backends", e), "unknown backend", choice_hint(name, choices));
+      }
     }
   }
   if (const auto f = r.integer_in("warmup", 0, "must be >= 0")) run.warmup = static_cast<int>(f->value);

@@ -89,15 +89,20 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
 
 namespace {
 
-// The backend `name` names (case-insensitively, so vLLM's spelling FLASH_ATTN works too); an
-// unknown name is an InputError naming `source`.
+// The backend `name` names (case-insensitively, so vLLM's spelling FLASH_ATTN works too). A name
+// that is no backend, or one this build does not have (the CUDA backends of a CPU-only build), is
+// an InputError naming `source` and saying which of the two it is.
 const Backend* named_backend(const std::string& name, const std::vector<std::unique_ptr<Backend>>& registry,
                              const std::string& source) {
   for (const auto& be : registry)
     if (same_backend_name(be->name(), name)) return be.get();
-  std::string known;
-  for (const auto& be : registry) known += (known.empty() ? "" : ", ") + be->name();
-  throw InputError(fmt::format("{} = {}: unknown backend (known: {}, auto, all)", source, name, known));
+  std::string built;
+  for (const auto& be : registry) built += (built.empty() ? "" : ", ") + be->name();
+  if (const std::optional<std::string> b = canonical_backend_name(name))
+    throw InputError(fmt::format("{} = {}: not in this build (it has {}; the CUDA backends need a build with "
+                                 "ATTN_CUDA=ON)",
+                                 source, *b, built));
+  throw InputError(fmt::format("{} = {}: unknown backend (known: {})", source, name, backend_choices()));
 }
 
 void add_once(std::vector<const Backend*>& out, const Backend* be) {

@@ -87,9 +87,7 @@ std::string canonical_backend(const std::string& file, const toml::node& e) {
   const std::string name = e.as_string()->get();
   if (name == "auto" || name == "all") return name;
   if (const std::optional<std::string> b = canonical_backend_name(name)) return *b;
-  std::string known;
-  for (const std::string& b : all_backend_names()) known += b + ", ";
-  fail(file, e, "axes.backend", "unknown backend", "known: " + known + "auto, all");
+  fail(file, e, "axes.backend", "unknown backend", "known: " + backend_choices());
 }
 
 // One line of a case's generated scenario text and where it came from in the sweep file, so a

@@ -585,10 +585,10 @@ class FlashInferBackend final : public Backend {
 #endif
         "dtypes: fp16, bf16; kv cache: model dtype, fp8_e4m3, fp8_e5m2 (k_scale/v_scale host floats)",
         "cache: FlashInfer layout (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND",
-        "decode: CUDA cores for GQA group <= 4, tensor cores (the prefill kernel) above",
+        "decode: CUDA cores for GQA group <= 4 over a 16-bit cache, tensor cores (the prefill kernel) above and over fp8",
         "causal with context, window_left, logits soft cap (fixed at plan time)",
         "split-KV plan (FlashInfer's scheduler), merge in base 2; 2-level cascade over a shared prefix",
-        "sm_90a: prefills of a 16-bit cache on the warp-specialised wgmma kernel (one tile per 128 packed rows, 192 at head size 64)",
+        "sm_90a: prefills (16-bit or fp8 cache) on the warp-specialised wgmma kernel (one tile per 128 packed rows, 192 at head size 64)",
         "not supported (skipped with the reason): ALiBi, sinks, chunked local attention, MLA",
     };
   }
