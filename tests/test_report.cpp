@@ -509,6 +509,43 @@ TEST(ReportCompare, SlowdownThreshold) {
   EXPECT_TRUE(compare_results(base, {timed("a", "cpu", 106), timed("b", "cpu", 200), timed("c", "cpu", 50)}, opts).pass);
 }
 
+// A change no larger than the rows' noise (the smaller stdev / median of the two sides) is not a
+// slowdown, as nvbench's compare judges it; --ignore-noise gates on the threshold alone.
+TEST(ReportCompare, SlowdownsWithinTheNoiseDoNotFailTheGate) {
+  auto noisy = [](const std::string& s, double us, double stdev) {
+    ResultRow r = timed(s, "cpu", us);
+    r.stdev_time_us = stdev;
+    return r;
+  };
+  // a: +8% with 10% / 12% noise: within. b: +8% with 3% / 20%: beyond the smaller. c: +8%, one
+  // side untimed for noise (1 sample): its known side's 10% holds it. d: -20% within 25%: same.
+  std::vector<ResultRow> base = {noisy("a", 100, 10), noisy("b", 100, 3), noisy("c", 100, 10), noisy("d", 100, 25)};
+  std::vector<ResultRow> next = {noisy("a", 108, 13), noisy("b", 108, 21.6), noisy("c", 108, 0), noisy("d", 80, 20)};
+  next[2].samples = 1;
+  CompareReport r = compare_results(base, next);
+  EXPECT_FALSE(r.pass) << r.verdict;
+  EXPECT_EQ(r.slowdowns, 1);
+  EXPECT_EQ(r.within_noise, 2);
+  EXPECT_EQ(r.rows[0].change, CompareChange::within_noise);
+  EXPECT_NEAR(r.rows[0].noise, 0.10, 1e-12);
+  EXPECT_EQ(r.rows[1].change, CompareChange::slower);
+  EXPECT_NEAR(r.rows[1].noise, 0.03, 1e-12);
+  EXPECT_EQ(r.rows[2].change, CompareChange::within_noise);
+  EXPECT_EQ(r.rows[3].change, CompareChange::same);
+  EXPECT_NE(r.verdict.find("beyond its noise"), std::string::npos) << r.verdict;
+  EXPECT_NE(r.verdict.find("2 slower than the threshold within their noise"), std::string::npos) << r.verdict;
+  const std::string table = format_compare(r);
+  EXPECT_NE(table.find("slower, within noise"), std::string::npos) << table;
+  EXPECT_NE(table.find("10.0%"), std::string::npos) << table;
+
+  CompareOptions plain;
+  plain.noise_aware = false;
+  r = compare_results(base, next, plain);
+  EXPECT_EQ(r.slowdowns, 3);
+  EXPECT_EQ(r.within_noise, 0);
+  EXPECT_EQ(r.rows[3].change, CompareChange::faster);
+}
+
 TEST(ReportCompare, StatusRegressionsFailTheGate) {
   const std::vector<ResultRow> base = {timed("a", "cpu", 100), timed("b", "cpu", 100), timed("c", "fa", 0, "skipped"),
                                        timed("d", "fa", 100, "fail")};

@@ -23,6 +23,7 @@ namespace {
 struct CompareArgs {
   std::string base, next;
   std::string max_slowdown = "5%";
+  bool ignore_noise = false;
   std::string format = "table";
   std::string output;
 };
@@ -41,6 +42,7 @@ int run_compare(const CompareArgs& a) {
   if (!a.output.empty()) check_output_path("--output", a.output);
   CompareOptions opts;
   opts.max_slowdown = parse_slowdown(a.max_slowdown);
+  opts.noise_aware = !a.ignore_noise;
   opts.base_name = a.base;
   opts.new_name = a.next;
   const CompareReport r = compare_results(read_csv(a.base), read_csv(a.next), opts);
@@ -131,6 +133,9 @@ void add_report(CLI::App& app, Commands& c) {
   cmp->add_option("base", a->base, "Baseline results CSV")->required();
   cmp->add_option("new", a->next, "New results CSV")->required();
   cmp->add_option("--max-slowdown", a->max_slowdown, "Allowed slowdown of the median time, e.g. 5% or 0.05");
+  cmp->add_flag("--ignore-noise", a->ignore_noise,
+                "Gate on the threshold alone (by default a change within the rows' noise, the smaller stdev / "
+                "median of the two sides, is not a slowdown)");
   cmp->add_option("--format", a->format, "table (default) or markdown (the verdict, then the rows that changed)")
       ->check(CLI::IsMember({"table", "markdown"}));
   cmp->add_option("-o,--output", a->output, "Write the report here (atomically) instead of stdout");

@@ -1,6 +1,8 @@
 // The regression gate. Status ranks: pass < skipped < fail = error; a row whose rank rises
 // is a status regression (pass -> skipped means a backend stopped supporting a case it ran).
-// A row timed on both sides (median > 0) is slower when new / base > 1 + max_slowdown.
+// A row timed on both sides (median > 0) is slower when new / base > 1 + max_slowdown and the
+// change exceeds the rows' noise: |new / base - 1| <= min(stdev / median of each side) is the
+// same time as far as the samples can tell (nvbench's compare rule).
 #include "report/compare.hpp"
 
 #include <algorithm>
@@ -40,6 +42,21 @@ std::map<Key, const ResultRow*> index_rows(const std::vector<ResultRow>& rows, c
 
 std::string percent(double fraction) { return fmt::format("{:+.1f}%", fraction * 100.0); }
 
+// A row's relative noise: the standard deviation of its samples over their median; 0 where it
+// is unknown (fewer than 2 samples, or not timed).
+double relative_noise(const ResultRow& r) {
+  if (r.samples < 2 || !(r.median_time_us > 0) || !(r.stdev_time_us > 0) || !std::isfinite(r.stdev_time_us)) return 0;
+  return r.stdev_time_us / r.median_time_us;
+}
+
+// The noise two rows' change is judged against: the smaller of the known ones (either side's
+// alone where the other is unknown), as nvbench's compare does.
+double pair_noise(const ResultRow& a, const ResultRow& b) {
+  const double na = relative_noise(a), nb = relative_noise(b);
+  if (na > 0 && nb > 0) return std::min(na, nb);
+  return std::max(na, nb);
+}
+
 }  // namespace
 
 double parse_slowdown(std::string_view text, const std::string& what) {
@@ -62,6 +79,7 @@ const char* to_string(CompareChange c) {
     case CompareChange::same: return "same";
     case CompareChange::faster: return "faster";
     case CompareChange::slower: return "slower";
+    case CompareChange::within_noise: return "slower, within noise";
     case CompareChange::status_worse: return "status worse";
     case CompareChange::status_better: return "status better";
     case CompareChange::added: return "added";
@@ -100,7 +118,9 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
     if (b.median_time_us > 0 && n.median_time_us > 0) {
       c.ratio = n.median_time_us / b.median_time_us;
       c.slowdown = c.ratio - 1.0;
+      c.noise = pair_noise(b, n);
     }
+    const bool beyond_noise = !opts.noise_aware || std::abs(c.slowdown) > c.noise;
     // "Beyond" the threshold: a tiny relative tolerance keeps exactly +5% at 5% a pass.
     const double tol = 1e-12 * (1.0 + opts.max_slowdown);
     if (status_rank(n.status) > status_rank(b.status)) {
@@ -109,11 +129,14 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
       ++rep.status_regressions;
     } else if (status_rank(n.status) < status_rank(b.status)) {
       c.change = CompareChange::status_better;
+    } else if (c.ratio > 0 && c.slowdown > opts.max_slowdown + tol && !beyond_noise) {
+      c.change = CompareChange::within_noise;
+      ++rep.within_noise;
     } else if (c.ratio > 0 && c.slowdown > opts.max_slowdown + tol) {
       c.change = CompareChange::slower;
       c.regression = true;
       ++rep.slowdowns;
-    } else if (c.ratio > 0 && -c.slowdown > opts.max_slowdown + tol) {
+    } else if (c.ratio > 0 && -c.slowdown > opts.max_slowdown + tol && beyond_noise) {
       c.change = CompareChange::faster;
     }
     rep.rows.push_back(std::move(c));
@@ -130,8 +153,9 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
     rep.rows.push_back(std::move(c));
   }
 
-  const std::string threshold = percent(opts.max_slowdown);
-  const std::string tail = fmt::format("{} compared, {} added, {} removed", rep.compared, rep.added, rep.removed);
+  const std::string threshold = percent(opts.max_slowdown) + (opts.noise_aware ? " beyond its noise" : "");
+  std::string tail = fmt::format("{} compared, {} added, {} removed", rep.compared, rep.added, rep.removed);
+  if (rep.within_noise > 0) tail += fmt::format(", {} slower than the threshold within their noise", rep.within_noise);
   rep.pass = rep.slowdowns == 0 && rep.status_regressions == 0;
   if (rep.pass) {
     rep.verdict = fmt::format("PASS: no row slower than {} or worse in status ({})", threshold, tail);
@@ -143,7 +167,7 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
 }
 
 std::vector<std::string> compare_headers() {
-  return {"scenario", "backend", "base_us", "new_us", "change", "status", "verdict"};
+  return {"scenario", "backend", "base_us", "new_us", "change", "noise", "status", "verdict"};
 }
 
 std::vector<std::vector<std::string>> compare_cells(const CompareReport& report) {
@@ -157,7 +181,8 @@ std::vector<std::vector<std::string>> compare_cells(const CompareReport& report)
     std::string verdict = to_string(c.change);
     if (c.regression) verdict += " (REGRESSION)";
     cells.push_back({c.scenario, c.backend, time(c.base_median_us), time(c.new_median_us),
-                     c.ratio > 0 ? percent(c.slowdown) : "-", status, verdict});
+                     c.ratio > 0 ? percent(c.slowdown) : "-",
+                     c.noise > 0 ? fmt::format("{:.1f}%", c.noise * 100.0) : "-", status, verdict});
   }
   return cells;
 }
@@ -174,7 +199,7 @@ std::string format_compare(const CompareReport& report) {
     std::string l;
     for (size_t i = 0; i < row.size(); ++i) {
       if (i) l += "  ";
-      const bool number = i >= 2 && i <= 4;
+      const bool number = i >= 2 && i <= 5;
       const bool last = i + 1 == row.size();
       l += number ? fmt::format("{:>{}}", row[i], width[i]) : last ? row[i] : fmt::format("{:<{}}", row[i], width[i]);
     }
