@@ -13,8 +13,12 @@
 // With --fa, FLASH_ATTN's pages alone: the 2 KB boxes of mode 3 beside 4 KB boxes of a whole page
 // of K or V in two layouts (modes 4, 5).
 //
+// With --spread, one CTA per SM only, twice: 16-byte loads, 1-D bulk copies with 64-192 KB in flight
+// and FLASHMLA's cache blocks, with the slowest and the fastest CTA's rate (how evenly each
+// mechanism shares the memory among the SMs; PERF_NOTES, FLASHMLA, fifty-fourth session).
+//
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Ilib -I. \
-//        scripts/probes/stream_probe.cu -o stream_probe && ./stream_probe [--l2 | --fa] > probe.csv
+//        scripts/probes/stream_probe.cu -o stream_probe -lcuda && ./stream_probe [--l2 | --fa | --spread] > probe.csv
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -217,11 +221,15 @@ static CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, 
 struct Result {
   double per_cta_gbs;  // mean over CTAs of bytes / own span
   double total_gbs;    // all bytes / (last end - first start)
+  double min_cta_gbs = 0, max_cta_gbs = 0;  // the slowest and the fastest CTA of that run
 };
 
 int main(int argc, char** argv) {
   const bool l2 = argc > 1 && std::string(argv[1]) == "--l2";
   const bool fa_only = argc > 1 && std::string(argv[1]) == "--fa";  // the page modes (3-5) alone
+  // --spread: one CTA per SM only, 16-byte loads beside the copy engine's 1-D chunks and FLASHMLA's
+  // cache blocks: how evenly each mechanism shares the memory among the SMs (the min and max columns).
+  const bool spread = argc > 1 && std::string(argv[1]) == "--spread";
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
@@ -296,24 +304,46 @@ int main(int argc, char** argv) {
       CK(cudaDeviceSynchronize());
       std::vector<uint64_t> t(2 * ctas);
       CK(cudaMemcpy(t.data(), times, t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-      double sum = 0;
+      double sum = 0, slowest = 1e30, fastest = 0;
       uint64_t lo = UINT64_MAX, hi = 0;
       for (int c = 0; c < ctas; ++c) {
-        sum += double(bytes_per_cta) / double(t[2 * c + 1] - t[2 * c]);
+        const double gbs = double(bytes_per_cta) / double(t[2 * c + 1] - t[2 * c]);
+        sum += gbs;
+        slowest = std::min(slowest, gbs);
+        fastest = std::max(fastest, gbs);
         lo = std::min(lo, t[2 * c]);
         hi = std::max(hi, t[2 * c + 1]);
       }
-      Result r{sum / ctas, double(bytes_per_cta) * ctas / double(hi - lo)};
+      Result r{sum / ctas, double(bytes_per_cta) * ctas / double(hi - lo), slowest, fastest};
       if (r.total_gbs > best.total_gbs) best = r;
     }
     return best;
   };
   const int counts[] = {1, 8, 32, 66, 100, sms};
-  std::printf("mode,detail,in_flight_kb,ctas,per_cta_gbs,total_gbs\n");
+  std::printf("mode,detail,in_flight_kb,ctas,per_cta_gbs,total_gbs,min_cta_gbs,max_cta_gbs\n");
   auto row = [&](const char* mode, const char* detail, int kb, int ctas, Result r) {
-    std::printf("%s,%s,%d,%d,%.1f,%.1f\n", mode, detail, kb, ctas, r.per_cta_gbs, r.total_gbs);
+    std::printf("%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f\n", mode, detail, kb, ctas, r.per_cta_gbs, r.total_gbs, r.min_cta_gbs,
+                r.max_cta_gbs);
     std::fflush(stdout);
   };
+  if (spread) {
+    for (int rep = 0; rep < 2; ++rep) {
+      row("ldg", "u4x1024", 64, sms, measure(sms, per_cta, [&] {
+            k_ldg<4><<<sms, 1024, 200 * 1024>>>(src, per_cta, times, sink);
+          }));
+      for (int kb : {64, 128, 192}) {
+        row("bulk1d", "chunk16k", kb, sms, measure(sms, per_cta, [&] {
+              k_bulk1d<<<sms, 32, size_t(kb / 16) * 16384>>>(src, per_cta, 16384, kb / 16, times);
+            }));
+      }
+      for (int slots : {2, 3}) {
+        row("mla_boxes", "9x8KB", slots * 72, sms, measure(sms, size_t(mla_per_blocks) * 73728, [&] {
+              k_mla<<<sms, 32, size_t(slots) * 73728>>>(mla_map, mla_per_blocks, slots, times);
+            }));
+      }
+    }
+    return 0;
+  }
   if (l2) {
     // K and V pages of an L2-resident pool: 256 pages (8 MB of K, 8 MB of V), each CTA's 1024 a
     // walk over them from its own start.
