@@ -25,7 +25,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 // The encoder's call for both element sizes; `what` names the caller in errors.
 CUtensorMap encode_tiled(const char* what, CUtensorMapDataType type, const void* base, int rank, const uint64_t* dims,
-                         const uint64_t* strides, const uint32_t* box) {
+                         const uint64_t* strides, const uint32_t* box,
+                         TmaL2Promotion promotion = TmaL2Promotion::bytes256) {
   const auto encode = encoder();
   if (encode == nullptr) throw RuntimeError(std::string(what) + ": the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map{};
@@ -39,7 +40,9 @@ CUtensorMap encode_tiled(const char* what, CUtensorMapDataType type, const void*
   }
   const CUresult r = encode(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, e,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            promotion == TmaL2Promotion::bytes128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::string shape;
     for (int i = 0; i < rank; ++i) shape += (i ? " x " : "") + std::to_string(dims[i]);
@@ -52,9 +55,9 @@ CUtensorMap encode_tiled(const char* what, CUtensorMapDataType type, const void*
 }  // namespace
 
 CUtensorMap make_tensor_map_16bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                                  const uint32_t* box, bool fp16) {
+                                  const uint32_t* box, bool fp16, TmaL2Promotion promotion) {
   return encode_tiled("make_tensor_map_16bit", fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                      base, rank, dims, strides, box);
+                      base, rank, dims, strides, box, promotion);
 }
 
 CUtensorMap make_tensor_map_8bit(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,

@@ -61,8 +61,14 @@ void run(const FlashMlaDecodeParams& p, bool fp16, Chosen chosen, cudaStream_t s
   const uint64_t q_dims[2] = {kFlashMlaHeadDimK, static_cast<uint64_t>(p.batch) * rows};
   const uint64_t q_strides[1] = {kFlashMlaHeadDimK * 2};
   const uint32_t q_box[2] = {64, static_cast<uint32_t>(chosen == Chosen::narrow ? narrow_n : kFlashMlaBlockM)};
-  const CUtensorMap tm_kv = make_tensor_map_16bit(p.kv_cache, 3, kv_dims, kv_strides, kv_box, fp16);
-  const CUtensorMap tm_q = make_tensor_map_16bit(p.q, 2, q_dims, q_strides, q_box, fp16);
+  // 128-byte L2 promotion: a block's 9 boxes are its rows' 128-byte columns, and 256 bytes fetched
+  // each row with the next box's column (16 heads: 128 x 8k 297.9 -> 279.7 us, 64 x 4k 85.9 ->
+  // 80.6 on an H200; docs/PERF_NOTES.md, FLASHMLA, fifty-fourth session). ATTN_FLASHMLA_PROMOTION_128=0
+  // restores 256 bytes, for A/B.
+  static const TmaL2Promotion promotion =
+      ab_switch_on("ATTN_FLASHMLA_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
+  const CUtensorMap tm_kv = make_tensor_map_16bit(p.kv_cache, 3, kv_dims, kv_strides, kv_box, fp16, promotion);
+  const CUtensorMap tm_q = make_tensor_map_16bit(p.q, 2, q_dims, q_strides, q_box, fp16, promotion);
   if (chosen == Chosen::wgmma) {
     mla::sm90::run_flashmla_decode_sm90<Element>(p, tm_kv, tm_q, stream);
   } else if (narrow_n == 16) {

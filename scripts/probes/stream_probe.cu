@@ -124,6 +124,16 @@ __global__ void k_ldg(const uint8_t* src, size_t per_cta, uint64_t* times, uint3
 
 // Mode 2: the MLA latent cache: [rows][576] bf16, blocks of 64 rows = 9 boxes of 64 x 64 (128-byte
 // swizzle), `slots` blocks in flight; CTA c streams blocks c * per_blocks ...
+// A block as one copy of a 4-D map (64 columns, 64 rows or 9 column blocks, the other, blocks).
+__global__ void k_mla_one(const __grid_constant__ CUtensorMap map, int per_blocks, int slots, uint64_t* times) {
+  if (threadIdx.x != 0) return;
+  constexpr uint32_t kBlock = 64 * 576 * 2;
+  stream_ring(per_blocks, slots, times, [&](int s, int blk, uint32_t bar) {
+    mbar_arrive_expect_tx(bar, kBlock);
+    tma_load_4d(smem_addr(smem + size_t(s) * kBlock), &map, 0, 0, 0, blockIdx.x * per_blocks + blk, bar);
+  });
+}
+
 __global__ void k_mla(const __grid_constant__ CUtensorMap map, int per_blocks, int slots, uint64_t* times) {
   if (threadIdx.x != 0) return;
   constexpr uint32_t kBlock = 64 * 576 * 2;
@@ -205,12 +215,12 @@ static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
 }
 static CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                            const cuuint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+                            const cuuint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B,
+                            CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap m{};
   cuuint32_t e[5] = {1, 1, 1, 1, 1};
   const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides, box, e,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::printf("encode failed %d\n", int(r));
     std::exit(1);
@@ -250,6 +260,7 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(k_bulk1d, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_bulk1d_l2, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_mla, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
+  CK(cudaFuncSetAttribute(k_mla_one, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_fa<kBoxes2K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_fa<kSwizzled4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
   CK(cudaFuncSetAttribute(k_fa<kCoreMatrices4K>, cudaFuncAttributeMaxDynamicSharedMemorySize, 226 * 1024));
@@ -341,6 +352,33 @@ int main(int argc, char** argv) {
               k_mla<<<sms, 32, size_t(slots) * 73728>>>(mla_map, mla_per_blocks, slots, times);
             }));
       }
+      // The same blocks: other L2 promotions; one 4-D copy per block in the products' layout
+      // ([9 column blocks][64 rows][128 B], the 9 boxes' order); one in row order ([64 rows][9][128 B],
+      // the order of the bytes in memory).
+      const cuuint64_t nblk = total / 73728;
+      const CUtensorMap mla_p0 = make_map(src, 2, mdims, mstr, mbox, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_NONE);
+      const CUtensorMap mla_p128 = make_map(src, 2, mdims, mstr, mbox, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+      const cuuint64_t odims[4] = {64, 64, 9, nblk}, ostr[3] = {1152, 128, 73728};
+      const cuuint32_t obox[4] = {64, 64, 9, 1};
+      const CUtensorMap mla_one = make_map(src, 4, odims, ostr, obox);
+      const cuuint64_t rdims[4] = {64, 9, 64, nblk}, rstr[3] = {128, 1152, 73728};
+      const cuuint32_t rbox[4] = {64, 9, 64, 1};
+      const CUtensorMap mla_rows = make_map(src, 4, rdims, rstr, rbox);
+      const size_t mla_bytes = size_t(mla_per_blocks) * 73728;
+      row("mla_boxes", "9x8KB_promo_none", 144, sms, measure(sms, mla_bytes, [&] {
+            k_mla<<<sms, 32, 2 * 73728>>>(mla_p0, mla_per_blocks, 2, times);
+          }));
+      row("mla_boxes", "9x8KB_promo_128", 144, sms, measure(sms, mla_bytes, [&] {
+            k_mla<<<sms, 32, 2 * 73728>>>(mla_p128, mla_per_blocks, 2, times);
+          }));
+      row("mla_one", "72KB_cb_major", 144, sms, measure(sms, mla_bytes, [&] {
+            k_mla_one<<<sms, 32, 2 * 73728>>>(mla_one, mla_per_blocks, 2, times);
+          }));
+      row("mla_one", "72KB_row_major", 144, sms, measure(sms, mla_bytes, [&] {
+            k_mla_one<<<sms, 32, 2 * 73728>>>(mla_rows, mla_per_blocks, 2, times);
+          }));
     }
     return 0;
   }
