@@ -140,6 +140,22 @@ TEST(ScenarioAlibi, OtherCountsInterleaveTheNextPowerOfTwo) {
 
 // ---- parsing ---------------------------------------------------------------------------------
 
+// A scenario error carries where it was found as well as its text, so that a sweep can point it
+// at its own line without reading the message back.
+TEST(ScenarioParse, ErrorsCarryTheirSite) {
+  try {
+    parse_scenario("[model]\nnum_q_heads = 4\nnum_kv_heads = 3\nhead_size = 64\n" + kOneDecode, "s.toml");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    ASSERT_TRUE(e.site().has_value()) << e.what();
+    EXPECT_EQ(e.site()->file, "s.toml");
+    EXPECT_EQ(e.site()->line, 3);
+    EXPECT_EQ(e.site()->key, "model.num_kv_heads");
+    EXPECT_EQ(e.site()->value, "3");
+    EXPECT_EQ(std::string(e.what()), input_error_message(*e.site()));
+  }
+}
+
 TEST(ScenarioParse, DefaultsNameAutoDtypeAndScale) {
   const Scenario s =
       parse_scenario("[model]\nnum_q_heads = 4\nnum_kv_heads = 2\nhead_size = 96\ndtype = \"fp16\"\n" + kOneDecode,

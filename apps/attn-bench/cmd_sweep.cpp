@@ -56,9 +56,9 @@ void check_backends_built(const Sweep& sw, const std::vector<size_t>& cases) {
       const bool built = name == "auto" || name == "all" ||
                          std::any_of(registry.begin(), registry.end(), [&](const auto& be) { return be->name() == name; });
       if (!built)
-        throw InputError(input_error_message(sw.file, sw.cases[i].backend_line, "axes.backend", "\"" + name + "\"",
+        throw InputError(InputSite{sw.file, sw.cases[i].backend_line, "axes.backend", "\"" + name + "\"",
                                              "not compiled into this build (it has: " + here + "auto, all)",
-                                             "run it on a build with CUDA; --list still plans the sweep"));
+                                             "run it on a build with CUDA; --list still plans the sweep"});
     }
   }
 }
@@ -108,10 +108,10 @@ std::vector<std::string> parse_devices(const std::string& text) {
     const size_t end = std::min(text.find(',', start), text.size());
     const std::string d = text.substr(start, end - start);
     if (d.empty() || d.size() > 6 || d.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(input_error_message("<cli>", 0, "--devices", text, "expected GPU indices", "e.g. 0,1,2,3"));
+      throw InputError(InputSite{"<cli>", 0, "--devices", text, "expected GPU indices", "e.g. 0,1,2,3"});
     if (!seen.insert(std::stol(d)).second)
-      throw InputError(input_error_message("<cli>", 0, "--devices", text, "names GPU " + d + " twice",
-                                           "one shard per GPU, each GPU once; e.g. 0,1,2,3"));
+      throw InputError(InputSite{"<cli>", 0, "--devices", text, "names GPU " + d + " twice",
+                                           "one shard per GPU, each GPU once; e.g. 0,1,2,3"});
     devices.push_back(d);
     start = end + 1;
   }

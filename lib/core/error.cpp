@@ -1,5 +1,7 @@
 #include "core/error.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace attn {
@@ -13,5 +15,11 @@ std::string input_error_message(const std::string& file, long line, const std::s
   if (!hint.empty()) m += fmt::format(" ({})", hint);
   return m;
 }
+
+std::string input_error_message(const InputSite& s) {
+  return input_error_message(s.file, s.line, s.key, s.value, s.what, s.hint);
+}
+
+InputError::InputError(InputSite site) : std::runtime_error(input_error_message(site)), site_(std::move(site)) {}
 
 }  // namespace attn

@@ -172,8 +172,7 @@ namespace {
 InputError shape_error(const BatchShape& shape, const std::string& key, const std::string& value,
                        const std::string& what, const std::string& hint = {}) {
   const BatchOrigin& o = shape.origin;
-  return InputError(
-      input_error_message(o.file.empty() ? where(shape) : o.file, o.line(key), key, value, what, hint));
+  return InputError(InputSite{o.file.empty() ? where(shape) : o.file, o.line(key), key, value, what, hint});
 }
 
 // The key that sizes the batch (named by errors about its size).

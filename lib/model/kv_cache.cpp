@@ -58,8 +58,8 @@ int64_t KvCacheLayout::num_elements() const {
 KvCacheLayout make_cache_layout(const Batch& b, CacheFormat format) {
   const AttentionSpec& s = b.spec;
   if (format == CacheFormat::flashmla && !s.use_mla)
-    throw InputError(input_error_message(b.label.empty() ? "<batch>" : b.label, 0, "cache format", "flashmla",
-                                         "needs an MLA model", "add a [model.mla] table"));
+    throw InputError(InputSite{b.label.empty() ? "<batch>" : b.label, 0, "cache format", "flashmla",
+                                         "needs an MLA model", "add a [model.mla] table"});
   KvCacheLayout l;
   l.format = format;
   l.layout = format == CacheFormat::flashmla ? KvLayout::NHD : s.kv_layout;

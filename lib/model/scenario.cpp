@@ -33,7 +33,7 @@ struct Where {
 };
 
 [[noreturn]] void fail(const std::string& file, const Where& w, const std::string& what, const std::string& hint = {}) {
-  throw InputError(input_error_message(file, w.line, w.key, w.value, what, hint));
+  throw InputError(InputSite{file, w.line, w.key, w.value, what, hint});
 }
 
 long line_of(const toml::source_region& r) { return static_cast<long>(r.begin.line); }
@@ -846,8 +846,8 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
     root = toml::parse(toml_text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
     const toml::source_region& r = e.source();
-    throw InputError(input_error_message(file, line_of(r), {}, {}, "TOML syntax error: " + std::string(e.description()),
-                                         "at column " + std::to_string(r.begin.column)));
+    throw InputError(InputSite{file, line_of(r), {}, {}, "TOML syntax error: " + std::string(e.description()),
+                                         "at column " + std::to_string(r.begin.column)});
   }
   Scenario s;
   s.file = source_name;
@@ -873,12 +873,12 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
 Scenario load_scenario(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
-    throw InputError(input_error_message(path, 0, {}, {}, "cannot read the scenario file",
-                                         fs::exists(path, ec) ? "not a regular file" : "no such file"));
+    throw InputError(InputSite{path, 0, {}, {}, "cannot read the scenario file",
+                                         fs::exists(path, ec) ? "not a regular file" : "no such file"});
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in.good() && !in.eof()) throw InputError(input_error_message(path, 0, {}, {}, "cannot read the scenario file"));
+  if (!in.good() && !in.eof()) throw InputError(InputSite{path, 0, {}, {}, "cannot read the scenario file"});
   std::string base = fs::path(path).parent_path().string();
   if (base.empty()) base = ".";
   return parse_scenario(text.str(), path, base);

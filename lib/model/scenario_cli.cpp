@@ -19,7 +19,7 @@ std::string_view trim(std::string_view s) {
 }
 
 [[noreturn]] void bad_item(std::string_view item, const std::string& what) {
-  throw InputError(input_error_message(kCli, 0, "--batch", std::string(item), what, kSpecHint));
+  throw InputError(InputSite{kCli, 0, "--batch", std::string(item), what, kSpecHint});
 }
 
 // A non-negative decimal integer that fits an int32, the whole of `text`.
@@ -69,7 +69,7 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
   if (p == nullptr) {
     std::string names;
     for (const ModelPreset& mp : model_presets()) names += (names.empty() ? "" : ", ") + mp.name;
-    throw InputError(input_error_message(kCli, 0, "--model", preset, "unknown model preset", "one of: " + names));
+    throw InputError(InputSite{kCli, 0, "--model", preset, "unknown model preset", "one of: " + names});
   }
   Scenario s;
   s.file = kCli;

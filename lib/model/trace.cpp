@@ -98,7 +98,7 @@ std::vector<TraceRequest> load_trace_csv(const std::string& path) {
     while (in.read_row(ts_field, ctx_field, gen_field)) {
       const long line = static_cast<long>(in.get_file_line());
       auto bad = [&](const char* column, std::string_view value, const std::string& what, const std::string& hint) {
-        return InputError(input_error_message(path, line, column, std::string(value), what, hint));
+        return InputError(InputSite{path, line, column, std::string(value), what, hint});
       };
       Timestamp ts;
       if (!parse_timestamp(ts_field, ts))
@@ -131,15 +131,15 @@ std::vector<TraceRequest> load_trace_csv(const std::string& path) {
       out.push_back(r);
     }
   } catch (const io::error::can_not_open_file& e) {
-    throw InputError(input_error_message(path, 0, "", "", e.what(),
-                                         "a relative trace path is resolved from the scenario file's folder"));
+    throw InputError(InputSite{path, 0, "", "", e.what(),
+                                         "a relative trace path is resolved from the scenario file's folder"});
   } catch (const io::error::base& e) {
     // Unreadable file, missing header column, too few/many columns: fccp's message names them.
-    throw InputError(input_error_message(path, 0, "", "", e.what(),
-                                         "expected a CSV with columns TIMESTAMP,ContextTokens,GeneratedTokens"));
+    throw InputError(InputSite{path, 0, "", "", e.what(),
+                                         "expected a CSV with columns TIMESTAMP,ContextTokens,GeneratedTokens"});
   }
   if (out.empty())
-    throw InputError(input_error_message(path, 0, "", "", "the trace has no requests"));
+    throw InputError(InputSite{path, 0, "", "", "the trace has no requests"});
   return out;
 }
 
@@ -166,10 +166,10 @@ void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig&
     int generated;  // output tokens sampled so far
   };
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_seqs < 1 || !(cfg.step_ms > 0))
-    throw InputError(input_error_message("<scheduler>", 0, "max_num_batched_tokens/max_num_seqs/step_ms",
+    throw InputError(InputSite{"<scheduler>", 0, "max_num_batched_tokens/max_num_seqs/step_ms",
                                          std::to_string(cfg.max_num_batched_tokens) + "/" +
                                              std::to_string(cfg.max_num_seqs) + "/" + std::to_string(cfg.step_ms),
-                                         "must all be positive"));
+                                         "must all be positive"});
   const double step_s = cfg.step_ms / 1000.0;
   const size_t n = trace.size();
   size_t next_arrival = 0;
@@ -268,7 +268,7 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
   auto key_error = [&](const std::string& key, const std::string& value, const std::string& what,
                        const std::string& hint) {
     const long line = origin.line(key) != 0 ? origin.line(key) : origin.line("batch.trace");
-    return InputError(input_error_message(s.file, line, key, value, what, hint));
+    return InputError(InputSite{s.file, line, key, value, what, hint});
   };
 
   std::vector<BatchShape> shapes;

@@ -68,8 +68,8 @@ double parse_slowdown(std::string_view text, const std::string& what) {
   double v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < 0) {
-    throw InputError(input_error_message("<cli>", 0, what, std::string(text), "not a slowdown threshold",
-                                         "a non-negative fraction (0.05) or percentage (5%)"));
+    throw InputError(InputSite{"<cli>", 0, what, std::string(text), "not a slowdown threshold",
+                                         "a non-negative fraction (0.05) or percentage (5%)"});
   }
   return pct ? v / 100.0 : v;
 }

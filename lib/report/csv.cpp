@@ -118,7 +118,7 @@ std::vector<ResultRow> read_csv(const std::string& path) {
     for (unsigned i = 0; i < kNumColumns; ++i) present[i] = in.has_column(kResultColumns[i].name);
     for (std::string_view required : kRequiredColumns) {
       if (!in.has_column(std::string(required))) {
-        throw InputError(input_error_message(path, line, std::string(required), "", "missing column", hint));
+        throw InputError(InputSite{path, line, std::string(required), "", "missing column", hint});
       }
     }
     std::array<std::string, kNumColumns> cells;
@@ -133,24 +133,24 @@ std::vector<ResultRow> read_csv(const std::string& path) {
         const bool is_string = std::holds_alternative<std::string ResultRow::*>(col.field);
         const std::string text = is_string ? unescape_csv_cell(cells[i]) : cells[i];
         if (!set_field(row, col, text)) {
-          throw InputError(input_error_message(path, line, col.name, cells[i], "not a valid value for this column",
-                                               hint));
+          throw InputError(InputSite{path, line, col.name, cells[i], "not a valid value for this column",
+                                               hint});
         }
       }
       if (!parse_row_status(row.status)) {
-        throw InputError(input_error_message(path, line, "status", row.status, "unknown status",
-                                             "one of pass, fail, skipped, error"));
+        throw InputError(InputSite{path, line, "status", row.status, "unknown status",
+                                             "one of pass, fail, skipped, error"});
       }
       rows.push_back(std::move(row));
     }
   } catch (const io::error::can_not_open_file& e) {
-    throw InputError(input_error_message(path, 0, "", "", "cannot open results file",
-                                         e.errno_value ? std::strerror(e.errno_value) : "missing or unreadable"));
+    throw InputError(InputSite{path, 0, "", "", "cannot open results file",
+                                         e.errno_value ? std::strerror(e.errno_value) : "missing or unreadable"});
   } catch (const io::error::base& e) {
     // The parser's own errors carry the line they stopped on; fall back to the last good one + 1.
     long at = line + 1;
     if (const auto* fl = dynamic_cast<const io::error::with_file_line*>(&e); fl && fl->file_line > 0) at = fl->file_line;
-    throw InputError(input_error_message(path, at, "", "", fmt::format("malformed CSV: {}", e.what()), hint));
+    throw InputError(InputSite{path, at, "", "", fmt::format("malformed CSV: {}", e.what()), hint});
   }
   return rows;
 }

@@ -31,7 +31,7 @@ std::string shown(const toml::node& n) {
 
 [[noreturn]] void fail(const std::string& file, const toml::node& n, const std::string& key, const std::string& what,
                        const std::string& hint = {}) {
-  throw InputError(input_error_message(file, line_of(n), key, shown(n), what, hint));
+  throw InputError(InputSite{file, line_of(n), key, shown(n), what, hint});
 }
 
 // The axes, in the order of their nesting (the last varies fastest), with what each value must be.
@@ -134,34 +134,22 @@ void base_lines(const std::string& file, const toml::table& base, CaseText& plai
   }
 }
 
-// parse_scenario's "FILE:L: KEY = VALUE: what (hint)" about line L of the generated text, re-pointed
-// at the sweep line and key that line came from, with the case named.
-std::string at_sweep_origin(const std::string& msg, const std::string& file, const CaseText& t,
+// parse_scenario's error about line L of the generated text (its InputSite: this sweep's file,
+// the line, the scenario's key), re-pointed at the sweep line and key that line came from, with
+// the case named. An error about another file (a trace the case reads) stays as it is.
+std::string at_sweep_origin(const InputError& e, const std::string& file, const CaseText& t,
                             const std::string& case_name) {
-  std::string body = msg;
-  Origin o;
-  if (msg.compare(0, file.size() + 1, file + ":") == 0) {
-    body = msg.substr(file.size() + 1);
-    size_t digits = 0;
-    while (digits < body.size() && std::isdigit(static_cast<unsigned char>(body[digits]))) ++digits;
-    if (digits > 0 && body.compare(digits, 2, ": ") == 0) {
-      const size_t line = std::stoul(body.substr(0, digits));
-      if (line >= 1 && line <= t.origins.size()) o = t.origins[line - 1];
-      body = body.substr(digits + 2);
-    } else if (!body.empty() && body.front() == ' ') {
-      body = body.substr(1);
-    }
+  const std::string tail = " (in the invalid case " + case_name + ")";
+  if (!e.site() || e.site()->file != file) return e.what() + tail;
+  InputSite s = *e.site();
+  const Origin o = s.line >= 1 && static_cast<size_t>(s.line) <= t.origins.size() ? t.origins[s.line - 1] : Origin{};
+  s.line = o.line;
+  if (!o.key.empty() && !s.key.empty()) {
+    s.key = o.key;
+  } else if (s.key.compare(0, 6, "model.") == 0) {
+    s.key = "base." + s.key.substr(6);
   }
-  // The scenario's key (the text before " = " or ": ", if it has no spaces) becomes the sweep's.
-  const size_t end = std::min(body.find(" = "), body.find(": "));
-  if (end != std::string::npos && body.find(' ') >= end) {
-    std::string key = body.substr(0, end);
-    if (!o.key.empty()) key = o.key;
-    else if (key.compare(0, 6, "model.") == 0) key = "base." + key.substr(6);
-    body = key + body.substr(end);
-  }
-  return (o.line > 0 ? fmt::format("{}:{}: ", file, o.line) : file + ": ") + body + " (in the invalid case " +
-         case_name + ")";
+  return input_error_message(s) + tail;
 }
 
 }  // namespace
@@ -172,8 +160,8 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
   try {
     root = toml::parse(toml_text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
-    throw InputError(input_error_message(file, static_cast<long>(e.source().begin.line), {}, {},
-                                         "TOML syntax error: " + std::string(e.description())));
+    throw InputError(InputSite{file, static_cast<long>(e.source().begin.line), {}, {},
+                                         "TOML syntax error: " + std::string(e.description())});
   }
   check_keys(file, root, "", {"name", "description", "seed", "base", "axes", "run"});
   Sweep sw;
@@ -210,8 +198,8 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
 
   const toml::table* axes_tbl = root.get_as<toml::table>("axes");
   if (axes_tbl == nullptr) {
-    throw InputError(input_error_message(file, 0, "axes", {}, "missing [axes]",
-                                         "e.g. [axes] num_requests = [1, 8], context_len = [1024, 4096]"));
+    throw InputError(InputSite{file, 0, "axes", {}, "missing [axes]",
+                                         "e.g. [axes] num_requests = [1, 8], context_len = [1024, 4096]"});
   }
   {
     std::vector<const char*> names;
@@ -264,9 +252,9 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
       if (it == kDefault.end()) {
         // No preset: the model is [base]'s explicit keys, as in a scenario; without [base] there is none.
         if (std::string(rule.key) == "preset" && base_tbl == nullptr)
-          throw InputError(input_error_message(
+          throw InputError(InputSite{
               file, 0, "base.preset", {}, "no model",
-              "set [base] preset = \"llama3-8b\", [base] num_q_heads/num_kv_heads/head_size, or an [axes] preset list"));
+              "set [base] preset = \"llama3-8b\", [base] num_q_heads/num_kv_heads/head_size, or an [axes] preset list"});
         continue;  // preset, kv_cache_dtype, block_size: [base]'s own or the preset's
       }
       a.values.push_back(it->second);
@@ -323,7 +311,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     try {
       c.scenario = parse_scenario(t.text(), file, base_dir);
     } catch (const InputError& e) {
-      throw InputError(at_sweep_origin(e.what(), file, t, name));
+      throw InputError(at_sweep_origin(e, file, t, name));
     }
     c.cost = estimate_cost(c.scenario);
     sw.cases.push_back(std::move(c));
@@ -341,7 +329,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
 
 Sweep load_sweep(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(input_error_message(path, 0, {}, {}, "cannot open the sweep file"));
+  if (!in) throw InputError(InputSite{path, 0, {}, {}, "cannot open the sweep file"});
   std::ostringstream ss;
   ss << in.rdbuf();
   return parse_sweep(ss.str(), path, fs::path(path).parent_path().string());
@@ -373,7 +361,7 @@ std::pair<int, int> parse_shard(const std::string& text) {
       i = -1;
   }
   if (i < 0 || n < 1 || i >= n)
-    throw InputError(input_error_message("<cli>", 0, "--shard", text, "expected I/N with 0 <= I < N", "e.g. 0/4"));
+    throw InputError(InputSite{"<cli>", 0, "--shard", text, "expected I/N with 0 <= I < N", "e.g. 0/4"});
   return {i, n};
 }
 

@@ -53,9 +53,9 @@ Timing summarize_samples(std::vector<double> samples_us) {
 
 Timing time_instance(BackendInstance& inst, const TimingOptions& opts) {
   if (opts.iterations < 1 || opts.warmup < 0) {
-    throw InputError(input_error_message("[run]", 0, opts.iterations < 1 ? "iterations" : "warmup",
+    throw InputError(InputSite{"[run]", 0, opts.iterations < 1 ? "iterations" : "warmup",
                                          std::to_string(opts.iterations < 1 ? opts.iterations : opts.warmup),
-                                         "out of range", "iterations >= 1, warmup >= 0"));
+                                         "out of range", "iterations >= 1, warmup >= 0"});
   }
   if (inst.on_device()) {
 #if defined(ATTN_WITH_CUDA)

@@ -65,9 +65,9 @@ namespace {
 
 void require_in_range(const char* key, double v, double lo, double hi) {
   if (!(v >= lo && v <= hi)) {  // also rejects NaN
-    throw InputError(input_error_message("[check]", 0, key, std::to_string(v),
+    throw InputError(InputSite{"[check]", 0, key, std::to_string(v),
                                          "out of range", "expected a value in [" + std::to_string(lo) +
-                                                             ", " + std::to_string(hi) + "]"));
+                                                             ", " + std::to_string(hi) + "]"});
   }
 }
 
