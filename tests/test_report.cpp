@@ -546,6 +546,25 @@ TEST(ReportCompare, SlowdownsWithinTheNoiseDoNotFailTheGate) {
   EXPECT_EQ(r.rows[3].change, CompareChange::faster);
 }
 
+// The error against the precision floor is shown base -> new: a drift a budget still passes is
+// seen in review, never gated (the status is the accuracy gate).
+TEST(ReportCompare, AccuracyDriftIsShownNotGated) {
+  ResultRow b = timed("a", "fa", 100), n = timed("a", "fa", 100), u = timed("u", "fa", 0, "skipped");
+  b.err_over_floor = 1.21;
+  n.err_over_floor = 1.52;
+  const CompareReport r = compare_results({b, u}, {n, u});
+  EXPECT_TRUE(r.pass) << r.verdict;
+  EXPECT_NEAR(r.rows[0].base_x_floor, 1.21, 1e-12);
+  EXPECT_NEAR(r.rows[0].new_x_floor, 1.52, 1e-12);
+  const std::vector<std::vector<std::string>> cells = compare_cells(r);
+  const auto headers = compare_headers();
+  const size_t col = static_cast<size_t>(std::find(headers.begin(), headers.end(), "x_floor") - headers.begin());
+  ASSERT_LT(col, headers.size());
+  EXPECT_EQ(cells[0][col], "1.21 -> 1.52");
+  EXPECT_EQ(cells[1][col], "-");
+  EXPECT_EQ(compare_numeric_columns().size(), headers.size());
+}
+
 TEST(ReportCompare, StatusRegressionsFailTheGate) {
   const std::vector<ResultRow> base = {timed("a", "cpu", 100), timed("b", "cpu", 100), timed("c", "fa", 0, "skipped"),
                                        timed("d", "fa", 100, "fail")};

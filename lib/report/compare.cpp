@@ -104,6 +104,7 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
     c.backend = b.backend;
     c.base_status = b.status;
     c.base_median_us = b.median_time_us;
+    c.base_x_floor = b.err_over_floor;
     const auto it = next_idx.find(Key{b.scenario, b.backend});
     if (it == next_idx.end()) {
       c.change = CompareChange::removed;
@@ -115,6 +116,7 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
     ++rep.compared;
     c.new_status = n.status;
     c.new_median_us = n.median_time_us;
+    c.new_x_floor = n.err_over_floor;
     if (b.median_time_us > 0 && n.median_time_us > 0) {
       c.ratio = n.median_time_us / b.median_time_us;
       c.slowdown = c.ratio - 1.0;
@@ -167,8 +169,10 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
 }
 
 std::vector<std::string> compare_headers() {
-  return {"scenario", "backend", "base_us", "new_us", "change", "noise", "status", "verdict"};
+  return {"scenario", "backend", "base_us", "new_us", "change", "noise", "x_floor", "status", "verdict"};
 }
+
+std::vector<bool> compare_numeric_columns() { return {false, false, true, true, true, true, true, false, false}; }
 
 std::vector<std::vector<std::string>> compare_cells(const CompareReport& report) {
   std::vector<std::vector<std::string>> cells;
@@ -180,15 +184,21 @@ std::vector<std::vector<std::string>> compare_cells(const CompareReport& report)
                                                          : c.base_status + " -> " + c.new_status;
     std::string verdict = to_string(c.change);
     if (c.regression) verdict += " (REGRESSION)";
+    // The error against the precision floor, base -> new where both rows were checked.
+    auto x_floor = [](double x) { return x > 0 ? fmt::format("{:.2f}", x) : std::string("-"); };
+    const std::string accuracy = c.base_x_floor > 0 && c.new_x_floor > 0
+                                     ? x_floor(c.base_x_floor) + " -> " + x_floor(c.new_x_floor)
+                                     : x_floor(c.new_x_floor > 0 ? c.new_x_floor : c.base_x_floor);
     cells.push_back({c.scenario, c.backend, time(c.base_median_us), time(c.new_median_us),
                      c.ratio > 0 ? percent(c.slowdown) : "-",
-                     c.noise > 0 ? fmt::format("{:.1f}%", c.noise * 100.0) : "-", status, verdict});
+                     c.noise > 0 ? fmt::format("{:.1f}%", c.noise * 100.0) : "-", accuracy, status, verdict});
   }
   return cells;
 }
 
 std::string format_compare(const CompareReport& report) {
   const std::vector<std::string> headers = compare_headers();
+  const std::vector<bool> numeric = compare_numeric_columns();
   const std::vector<std::vector<std::string>> cells = compare_cells(report);
   std::vector<size_t> width(headers.size());
   for (size_t i = 0; i < headers.size(); ++i) {
@@ -199,7 +209,7 @@ std::string format_compare(const CompareReport& report) {
     std::string l;
     for (size_t i = 0; i < row.size(); ++i) {
       if (i) l += "  ";
-      const bool number = i >= 2 && i <= 5;
+      const bool number = numeric[i];
       const bool last = i + 1 == row.size();
       l += number ? fmt::format("{:>{}}", row[i], width[i]) : last ? row[i] : fmt::format("{:<{}}", row[i], width[i]);
     }

@@ -44,6 +44,9 @@ struct CompareRow {
   double ratio = 0;     // new / base median; 0 when either side was not timed
   double slowdown = 0;  // ratio - 1 (fraction; negative = faster)
   double noise = 0;     // the smaller stdev / median of the two sides (0: unknown, under 2 samples)
+  // err_over_floor of each side (0: not checked): an accuracy drift is shown, never gated (the
+  // status is the accuracy gate).
+  double base_x_floor = 0, new_x_floor = 0;
   CompareChange change = CompareChange::same;
   bool regression = false;  // counts against the gate
 };
@@ -61,8 +64,10 @@ CompareReport compare_results(const std::vector<ResultRow>& base, const std::vec
                               const CompareOptions& opts = {});
 // The report as an aligned table followed by the verdict line.
 std::string format_compare(const CompareReport& report);
-// The same table's header and cells (format_compare and the markdown form share them).
+// The same table's header and cells (format_compare and the markdown form share them), and which
+// of its columns hold numbers (right-aligned).
 std::vector<std::string> compare_headers();
+std::vector<bool> compare_numeric_columns();
 std::vector<std::vector<std::string>> compare_cells(const CompareReport& report);
 
 }  // namespace attn

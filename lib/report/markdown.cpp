@@ -37,13 +37,22 @@ std::string time_text(const ResultRow& r) { return timed(r) ? fmt::format("{:.2f
 std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
                            const std::vector<bool>& right) {
   std::string out = "|";
-  for (const std::string& h : headers) out += " " + cell(h) + " |";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on `" " + cell(h) + " |"`.
+  for (const std::string& h : headers) {
+    out += ' ';
+    out += cell(h);
+    out += " |";
+  }
   out += "\n|";
   for (size_t i = 0; i < headers.size(); ++i) out += i < right.size() && right[i] ? "---:|" : "---|";
   out += "\n";
   for (const auto& row : rows) {
     out += "|";
-    for (const std::string& c : row) out += " " + cell(c) + " |";
+    for (const std::string& c : row) {
+      out += ' ';
+      out += cell(c);
+      out += " |";
+    }
     out += "\n";
   }
   return out;
@@ -105,7 +114,7 @@ std::string compare_markdown(const CompareReport& report, bool all_rows) {
   for (size_t i = 0; i < report.rows.size(); ++i)
     if (all_rows || report.rows[i].change != CompareChange::same) shown.push_back(cells[i]);
   if (shown.empty()) return out + fmt::format("No row changed beyond {:.1f}%.\n", report.max_slowdown * 100);
-  return out + markdown_table(compare_headers(), shown, {false, false, true, true, true, false, false});
+  return out + markdown_table(compare_headers(), shown, compare_numeric_columns());
 }
 
 }  // namespace attn
