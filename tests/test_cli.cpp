@@ -17,6 +17,7 @@
 #include "backends/backend.hpp"
 #include "report/results.hpp"
 #include "run_cli.hpp"
+#include "test_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -27,21 +28,7 @@ using attn_test::run_cli;
 
 std::string scenario(const std::string& name) { return std::string(ATTN_SOURCE_DIR) + "/scenarios/" + name; }
 
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("attn_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  fs::path dir_;
-};
+using CliTest = attn_test::TestDir;
 
 TEST_F(CliTest, VersionAndHelp) {
   const Result v = run_cli("--version");

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "report/results.hpp"
 #include "run_cli.hpp"
+#include "test_dir.hpp"
 #include "sweep/sweep.hpp"
 
 namespace attn {
@@ -35,22 +36,7 @@ std::string parse_error(const std::string& text) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-class SweepInputs : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("attn_sweep_inputs_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+using SweepInputs = attn_test::TestDir;
 
 // Small sweeps the cpu backend checks in well under a second.
 const char* kSweepA = "[base]\npreset = \"llama3-8b\"\n[axes]\nnum_requests = [1, 2]\ncontext_len = [16, 32]\n"
