@@ -22,6 +22,11 @@ std::optional<std::string> canonical_backend_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<std::string> backend_choice(std::string_view entry) {
+  if (entry == "auto" || entry == "all") return std::string(entry);
+  return canonical_backend_name(entry);
+}
+
 std::string backend_choices() {
   std::string s;
   for (const std::string& b : all_backend_names()) s += b + ", ";

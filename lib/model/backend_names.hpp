@@ -16,6 +16,9 @@ bool same_backend_name(std::string_view a, std::string_view b);
 // A name of all_backend_names as the results spell it; nullopt when no backend has that name
 // ("auto" and "all" are not names).
 std::optional<std::string> canonical_backend_name(std::string_view name);
+// An entry of a backend list (--backend, [run] backends, a sweep's backend axis): "auto", "all",
+// or a backend name in the spelling the results use; nullopt for anything else.
+std::optional<std::string> backend_choice(std::string_view entry);
 // "flash_attn, flashinfer, flashmla, cpu, auto, all": what a backend list may hold, for messages.
 std::string backend_choices();
 

@@ -758,13 +758,9 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
     for (const toml::node& e : *a) {
       const std::string name = e.as_string()->get();
       if (name.empty()) fail(file, r.where("backends", *n), "empty backend name");
-      if (name == "auto" || name == "all") {
-        run.backends.push_back(name);
-      } else if (const std::optional<std::string> b = canonical_backend_name(name)) {
-        run.backends.push_back(*b);
-      } else {
-        fail(file, r.where("backends", e), "unknown backend", choice_hint(name, choices));
-      }
+      const std::optional<std::string> b = backend_choice(name);
+      if (!b) fail(file, r.where("backends", e), "unknown backend", choice_hint(name, choices));
+      run.backends.push_back(*b);
     }
   }
   if (const auto f = r.integer_in("warmup", 0, "must be >= 0")) run.warmup = static_cast<int>(f->value);

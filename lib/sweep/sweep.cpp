@@ -84,9 +84,7 @@ double estimate_cost(const Scenario& s) {
 // GPU sweep is still listed and planned on a CPU-only machine; run_sweep refuses to run one this
 // build lacks. "auto" and "all" as in the scenario's [run] backends.
 std::string canonical_backend(const std::string& file, const toml::node& e) {
-  const std::string name = e.as_string()->get();
-  if (name == "auto" || name == "all") return name;
-  if (const std::optional<std::string> b = canonical_backend_name(name)) return *b;
+  if (const std::optional<std::string> b = backend_choice(e.as_string()->get())) return *b;
   fail(file, e, "axes.backend", "unknown backend", "known: " + backend_choices());
 }
 
