@@ -1537,10 +1537,17 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = 
   const uint64_t strides[3] = {inner[1], outer[1], static_cast<uint64_t>(p.kv_block_stride * eb)};
   const uint32_t box[4] = {codes8 ? 128u : 64u, m.slot_inner ? static_cast<uint32_t>(m.box_rows) : 1u,
                            m.slot_inner ? 1u : static_cast<uint32_t>(m.box_rows), 1};
+  // 128-byte L2 promotion: a box row is 64 elements (128 bytes) of a head row, and 256 bytes fetched
+  // the next 128 bytes with it, which a later box or another CTA copies at its own time (FLASHMLA's
+  // maps measured the same; kernels/flashmla/flashmla_launch.cu). The mixed steps 1.001-1.022 x faster,
+  // the sm_90a decode launches 1.02-1.12 x, the prefills unchanged (1.000-1.001; docs/PERF_NOTES.md
+  // Version 70). ATTN_FA_SM90_PROMOTION_128=0 restores 256 bytes, for A/B.
+  static const TmaL2Promotion promotion =
+      ab_switch_on("ATTN_FA_SM90_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
   m.k = codes8 ? make_tensor_map_8bit(p.k_cache, 4, dims, strides, box)
-               : make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16);
+               : make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16, promotion);
   m.v = codes8 ? make_tensor_map_8bit(p.v_cache, 4, dims, strides, box)
-               : make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16);
+               : make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16, promotion);
   last = key;
   maps = m;
   return m;
