@@ -5,15 +5,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace attn {
 
 std::size_t available_host_bytes() {
-  if (const char* env = std::getenv("ATTN_HOST_MEMORY_MB")) {
-    const long long mb = std::atoll(env);
-    if (mb > 0) return static_cast<std::size_t>(mb) << 20;
-  }
+  // At most 2^40 MB (an exabyte): larger would overflow the byte count.
+  if (const std::optional<int64_t> mb = env_positive_int("ATTN_HOST_MEMORY_MB", int64_t{1} << 40, "MemAvailable of /proc/meminfo"))
+    return static_cast<std::size_t>(*mb) << 20;
   std::ifstream meminfo("/proc/meminfo");
   std::string line;
   while (std::getline(meminfo, line)) {

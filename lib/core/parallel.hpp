@@ -4,7 +4,8 @@
 
 namespace attn {
 
-// Hardware threads to use (ATTN_THREADS overrides; at least 1).
+// Hardware threads to use (ATTN_THREADS overrides; at least 1, at most 4 x the hardware threads
+// and 1024; a value that is not a positive integer warns on stderr and is ignored).
 int default_threads();
 
 // Runs fn(begin, end) over [0, n) split into contiguous chunks on up to `threads` std::threads

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/parallel.hpp"
+#include "model/backend_names.hpp"
 
 namespace attn {
 namespace {
@@ -214,7 +215,34 @@ double batch_host_bytes(const BatchSize& z, int64_t num_blocks, bool shuffled) {
   return bytes;
 }
 
-void check_batch_size(const BatchShape& shape, const BatchSize& z, int block_size) {
+HostBytes run_host_bytes(const AttentionSpec& spec, const BatchShape& shape, const BatchSize& z) {
+  HostBytes h;
+  const int64_t num_blocks = shape.num_blocks != 0 ? shape.num_blocks : z.used_blocks + 1;
+  h.batch = batch_host_bytes(z, num_blocks, shape.block_allocation == BlockAllocation::shuffled);
+  // The common metadata and its permuted copy each hold the block table, the slot mapping and
+  // the per-request arrays again; summarize_batch marks every physical block with a byte.
+  h.metadata = 2 * h.batch + static_cast<double>(num_blocks);
+  // Doubles throughout: heads x head sizes x tokens overflows int64 for sizes the parser accepts.
+  const double tokens = static_cast<double>(z.num_tokens), heads = spec.num_q_heads;
+  const double qk = spec.head_size_qk, v = spec.head_size_v;
+  const double kv_entry = spec.use_mla ? static_cast<double>(spec.mla.latent_dim())
+                                       : static_cast<double>(spec.num_kv_heads) * (qk + v);
+  // The features whose perturbed reference the run computes (pipeline's declared_features, counted
+  // generously: causal counts even when every query is a decode).
+  const int features = spec.causal() + (spec.sliding_window > 0) + (shape.local_attention_chunk > 0) +
+                       (spec.logits_soft_cap > 0) + spec.sinks + spec.alibi + (spec.kv_fp8() || spec.q_fp8()) +
+                       (!spec.use_mla && spec.num_kv_heads > 1) + (shape.shared_prefix_len > 0);
+  const double references = spec.use_mla ? 3 : 2;  // the reference, the MLA flow's, one perturbed
+  const double backends = static_cast<double>(all_backend_names().size());
+  const double per_head = qk * (sizeof(float) + sizeof(double))        // Q: float and model dtype (<= 8 B)
+                          + references * (v * sizeof(double) + 9.0)    // float64 o, lse, checked flag
+                          + v * sizeof(float) * (features + 3 + backends);  // feature outputs, out, again, buffer, kept
+  h.per_token = tokens * (heads * per_head + kv_entry * 2 * sizeof(float));  // + new K/V, float and model dtype
+  return h;
+}
+
+void check_batch_size(const AttentionSpec& spec, const BatchShape& shape, const BatchSize& z) {
+  const int block_size = spec.block_size;
   const std::string size = std::to_string(z.num_reqs) + " requests, " + std::to_string(z.num_tokens) + " new tokens";
   if (z.num_tokens > kInt32Max)
     throw size_error(shape,
@@ -234,8 +262,8 @@ void check_batch_size(const BatchShape& shape, const BatchSize& z, int block_siz
   if (shape.num_blocks > kInt32Max)
     throw shape_error(shape, "batch.num_blocks", std::to_string(shape.num_blocks),
                       "does not fit the int32 block ids of the block table (at most 2147483647)");
-  const int64_t num_blocks = shape.num_blocks != 0 ? shape.num_blocks : needed;
-  const double bytes = batch_host_bytes(z, num_blocks, shape.block_allocation == BlockAllocation::shuffled);
+  const HostBytes h = run_host_bytes(spec, shape, z);
+  const double bytes = h.total();
   if (bytes < 16e6) return;  // not worth a look at /proc/meminfo
   const BatchOrigin& o = shape.origin;
   const std::string key = o.size_key.empty() ? "requests" : o.size_key;
@@ -243,7 +271,13 @@ void check_batch_size(const BatchShape& shape, const BatchSize& z, int block_siz
   require_host_bytes(bytes, input_error_message(o.file.empty() ? where(shape) : o.file, o.line(key), key, value,
                                                 "the batch (" + size + "; block table " + std::to_string(z.num_reqs) +
                                                     " x " + std::to_string(z.max_blocks_per_req) +
-                                                    " int32, slot mapping, per-request arrays)"));
+                                                    " int32, slot mapping, per-request arrays: " +
+                                                    format_bytes(h.batch) + "; their metadata copies: " +
+                                                    format_bytes(h.metadata) + "; Q, K/V, reference and outputs of " +
+                                                    std::to_string(spec.num_q_heads) + " heads x " +
+                                                    std::to_string(spec.head_size_qk) + "/" +
+                                                    std::to_string(spec.head_size_v) + " per token: " +
+                                                    format_bytes(h.per_token) + ")"));
 }
 
 Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed) {
@@ -272,7 +306,7 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
   }
   // Everything below is sized by the batch: check it fits int32 indices and host memory first.
   const BatchSize size = batch_size_of(shape.requests, spec.block_size, shape.shared_prefix_len);
-  check_batch_size(shape, size, spec.block_size);
+  check_batch_size(spec, shape, size);
 
   Batch b;
   b.label = shape.label;

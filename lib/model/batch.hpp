@@ -79,11 +79,28 @@ BatchSize batch_size_of(const std::vector<RequestShape>& requests, int block_siz
 // Host bytes of make_batch's own arrays for a batch of that size (the shape's request list and
 // the batch's copy, query_start_loc, block table, slot mapping, the block allocator's scratch).
 double batch_host_bytes(const BatchSize& size, int64_t num_blocks, bool shuffled);
+// Host bytes one run of a batch takes at its peak, from its size alone (nothing allocated, no
+// pass over its tokens), so that `run` and `describe` both refuse a batch too large for this
+// machine before building it. Each part errs on the large side:
+//   batch     make_batch's own arrays (batch_host_bytes);
+//   metadata  their copies in the common metadata, its decode-first permutation and the block
+//             marks of summarize_batch;
+//   per_token what every run allocates per new token: Q (float and model dtype), new K/V, the
+//             float64 reference's outputs (and the MLA data flow's), one perturbed reference at a
+//             time and each declared feature's output kept, each backend's output, its second
+//             run's and the copies kept for the cross-backend diff.
+// Not counted: what grows with the context (the KV caches, the reference's K/V spans), which
+// the cpu backend and the reference check themselves, with their own sizes.
+struct HostBytes {
+  double batch = 0, metadata = 0, per_token = 0;
+  double total() const { return batch + metadata + per_token; }
+};
+HostBytes run_host_bytes(const AttentionSpec& spec, const BatchShape& shape, const BatchSize& size);
 // Before anything is allocated: InputError when the sizes do not fit the int32 indices (new
 // tokens in query_start_loc, block ids with the null block) or num_blocks is too small;
-// RuntimeError (require_host_bytes) when the arrays would not fit this machine's memory. The
+// RuntimeError (require_host_bytes) when run_host_bytes does not fit this machine's memory. The
 // messages name shape.origin's file, line and key (its size_key for the batch's size).
-void check_batch_size(const BatchShape& shape, const BatchSize& size, int block_size);
+void check_batch_size(const AttentionSpec& spec, const BatchShape& shape, const BatchSize& size);
 
 // Builds paging (block allocator, block table, slot mapping) and resolves scales.
 // Throws InputError on impossible shapes (e.g. num_blocks too small, prefix > context) and

@@ -204,6 +204,26 @@ void assign(std::optional<Field<T>> f, int& out, Where& where) {
 
 std::string fmt_int(int64_t v) { return std::to_string(v); }
 
+// A number the spec keeps as a float. The double read from the file must survive the narrowing:
+// 1e300 would become inf, and 1e-300 would become 0 ("auto" for scale, "off" for the soft cap,
+// and an fp8 scale that divides by zero), so either is an error rather than a different setting.
+// Denormals are refused too: they lose digits and flush to 0 on the GPU.
+float as_float(const std::string& file, const Field<double>& f) {
+  constexpr double kMax = std::numeric_limits<float>::max(), kMin = std::numeric_limits<float>::min();
+  const double a = std::fabs(f.value);
+  if (a > kMax || (a != 0.0 && std::fabs(static_cast<float>(f.value)) < kMin))
+    fail(file, f.where, "does not fit a 32-bit float",
+         "its magnitude must be 0 or within [1.2e-38, 3.4e38], as the spec holds it as a float");
+  return static_cast<float>(f.value);
+}
+
+// Head sizes and MLA dimensions at most this (docs/SCENARIOS.md): real models use up to 256
+// (gemma) and MLA's 512-wide latent, so the bound rejects none of them, while it keeps every
+// size product of the batch (heads x head size x tokens) far from int overflow.
+constexpr int64_t kMaxHeadSize = 1024;
+// kv_lora_rank is wider than a head (DeepSeek's 512): room for 8x that.
+constexpr int64_t kMaxLoraRank = 4096;
+
 // ---- [model] -----------------------------------------------------------------------------------
 
 // Where each model field was set (explicit key, else the preset, else the [model] table), so
@@ -234,7 +254,7 @@ float read_fp8_scale(const Section& m, std::string_view key, bool& calc, float c
   if (f->value <= 0.0)
     fail(m.file(), f->where, "must be > 0", stored + " / scale, so the scale must be positive");
   calc = false;
-  return static_cast<float>(f->value);
+  return as_float(m.file(), *f);
 }
 
 float read_kv_scale(const Section& m, std::string_view key, bool& calc, float current) {
@@ -294,9 +314,9 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
   if (const auto f = m.integer_in("num_kv_heads", 1, "must be a positive number of heads")) {
     spec.num_kv_heads = static_cast<int>(f->value), o.num_kv_heads = f->where, o.num_kv_heads_explicit = true;
   }
-  const auto head_size = m.integer_in("head_size", 1, "must be a positive head size");
-  const auto head_qk = m.integer_in("head_size_qk", 1, "must be a positive head size");
-  const auto head_v = m.integer_in("head_size_v", 1, "must be a positive head size");
+  const auto head_size = m.integer_in("head_size", 1, "must be a positive head size", kMaxHeadSize);
+  const auto head_qk = m.integer_in("head_size_qk", 1, "must be a positive head size", kMaxHeadSize);
+  const auto head_v = m.integer_in("head_size_v", 1, "must be a positive head size", kMaxHeadSize);
   if (head_size && (head_qk || head_v)) {
     fail(file, (head_qk ? head_qk : head_v)->where, "conflicts with head_size",
          "give head_size, or head_size_qk and head_size_v, not both");
@@ -345,14 +365,14 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
     } else {
       const auto f = m.number("scale");
       if (f->value <= 0.0) fail(file, f->where, "must be > 0", "or \"auto\" = 1/sqrt(head_size_qk)");
-      spec.scale = static_cast<float>(f->value);
+      spec.scale = as_float(file, *f);
     }
   }
   if (const auto f = m.integer_in("sliding_window", 0, "must be >= 0 (0 = off)"))
     spec.sliding_window = static_cast<int>(f->value), o.sliding_window = f->where;
   if (const auto f = m.number("logits_soft_cap")) {
     if (f->value < 0.0) fail(file, f->where, "must be >= 0 (0 = off)");
-    spec.logits_soft_cap = static_cast<float>(f->value);
+    spec.logits_soft_cap = as_float(file, *f);
   }
   if (const auto f = m.boolean("alibi")) spec.alibi = f->value;
   if (const auto f = m.boolean("sinks")) spec.sinks = f->value;
@@ -365,10 +385,10 @@ ModelOrigin parse_model(const std::string& file, const toml::table* tbl, Scenari
     const Section ml(file, *t, "model.mla", {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"});
     spec.use_mla = true;
     Where unused;
-    assign(ml.integer_in("kv_lora_rank", 1, "must be positive"), spec.mla.kv_lora_rank, unused);
-    assign(ml.integer_in("qk_rope_head_dim", 1, "must be positive"), spec.mla.qk_rope_head_dim, unused);
-    assign(ml.integer_in("qk_nope_head_dim", 1, "must be positive"), spec.mla.qk_nope_head_dim, unused);
-    assign(ml.integer_in("v_head_dim", 1, "must be positive"), spec.mla.v_head_dim, unused);
+    assign(ml.integer_in("kv_lora_rank", 1, "must be positive", kMaxLoraRank), spec.mla.kv_lora_rank, unused);
+    assign(ml.integer_in("qk_rope_head_dim", 1, "must be positive", kMaxHeadSize), spec.mla.qk_rope_head_dim, unused);
+    assign(ml.integer_in("qk_nope_head_dim", 1, "must be positive", kMaxHeadSize), spec.mla.qk_nope_head_dim, unused);
+    assign(ml.integer_in("v_head_dim", 1, "must be positive", kMaxHeadSize), spec.mla.v_head_dim, unused);
   }
   if (spec.use_mla) {
     // The latent cache is a single "kv head"; the head sizes follow from the MLA dimensions.
@@ -605,8 +625,10 @@ BatchKeys parse_batch(const std::string& file, const Section& top, const std::st
     if (p.is_relative()) p = fs::path(base_dir) / p;
     p = p.lexically_normal();
     std::error_code ec;
+    if (fs::is_directory(p, ec))
+      fail(file, f->where, "is a directory, not a trace file", p.string() + " is a folder; name a CSV file in it");
     if (!fs::is_regular_file(p, ec))
-      fail(file, f->where, "trace file not found",
+      fail(file, f->where, fs::exists(p, ec) ? "not a regular file" : "trace file not found",
            "looked for " + p.string() + "; a relative path is relative to the scenario's folder");
     tc.file = p.string();
     if (const auto x = t.integer_in("max_num_batched_tokens", 1, "must be >= 1 (the token budget of one step)"))
@@ -753,6 +775,8 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
     // Checked here, against every backend attn-bench has (compiled into this build or not), so a
     // typo is an error at its line before anything runs; kept in the spelling the results use.
     run.backends.clear();
+    run.backend_lines.clear();
+    run.backend_texts.clear();
     std::vector<std::string> choices = all_backend_names();
     choices.insert(choices.end(), {"auto", "all"});
     for (const toml::node& e : *a) {
@@ -761,6 +785,9 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
       const std::optional<std::string> b = backend_choice(name);
       if (!b) fail(file, r.where("backends", e), "unknown backend", choice_hint(name, choices));
       run.backends.push_back(*b);
+      const Where w = r.where("backends", e);
+      run.backend_lines.push_back(w.line != 0 ? w.line : line_of(n->source()));
+      run.backend_texts.push_back(w.value);
     }
   }
   if (const auto f = r.integer_in("warmup", 0, "must be >= 0")) run.warmup = static_cast<int>(f->value);

@@ -94,6 +94,10 @@ enum class CascadeMode { auto_, on, off };
 
 struct RunConfig {
   std::vector<std::string> backends{"auto"};
+  // Where each of `backends` was written (its line, and its text as written), for the errors
+  // raised when it runs ("not in this build"); empty when the names came from no file.
+  std::vector<long> backend_lines;
+  std::vector<std::string> backend_texts;
   int warmup = 10;
   int iterations = 50;
   bool cold_l2 = true;

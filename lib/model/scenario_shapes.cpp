@@ -99,7 +99,7 @@ std::vector<BatchShape> expand_shapes(const Scenario& s) {
             b.origin.size_value = std::to_string(g.count);
           }
         }
-        check_batch_size(b, z, bs);
+        check_batch_size(s.spec, b, z);
         b.requests.reserve(static_cast<std::size_t>(z.num_reqs));
       }
       for (const RequestGroup& g : s.batch.groups) {
@@ -127,7 +127,7 @@ std::vector<BatchShape> expand_shapes(const Scenario& s) {
         lo.num_tokens = n * min_q;
         lo.max_blocks_per_req = (min_c + min_q + bs - 1) / bs;
         lo.used_blocks = n * own_blocks(min_c + min_q, bs, prefix) + prefix / bs;
-        check_batch_size(b, lo, bs);
+        check_batch_size(s.spec, b, lo);
         BatchSize z;
         z.num_reqs = n;
         z.used_blocks = prefix / bs;
@@ -138,7 +138,7 @@ std::vector<BatchShape> expand_shapes(const Scenario& s) {
           z.used_blocks += own_blocks(c + q, bs, prefix);
           z.max_blocks_per_req = std::max(z.max_blocks_per_req, (c + q + bs - 1) / bs);
         }
-        check_batch_size(b, z, bs);
+        check_batch_size(s.spec, b, z);
       }
       b.requests.reserve(static_cast<std::size_t>(rc.num_requests));
       for (int r = 0; r < rc.num_requests; ++r) {

@@ -32,6 +32,14 @@ int64_t days_from_civil(int64_t y, int m, int d) {
   return era * 146097 + doe - 719468;
 }
 
+// Days of month m (1-12) of year y, leap years included: 2023-02-30 is no date, and
+// days_from_civil would quietly read it as 2023-03-02.
+int days_in_month(int64_t y, int m) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m == 2 && leap ? 29 : kDays[m - 1];
+}
+
 bool parse_int(std::string_view s, int64_t& out) {
   if (s.empty()) return false;
   const char* end = s.data() + s.size();
@@ -62,7 +70,8 @@ bool parse_timestamp(std::string_view s, Timestamp& t) {
     if (!digits(0, 4, Y) || !digits(5, 2, M) || !digits(8, 2, D) || !digits(11, 2, h) || !digits(14, 2, m) ||
         !digits(17, 2, sec))
       return false;
-    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60) return false;
+    if (M < 1 || M > 12 || D < 1 || D > days_in_month(Y, static_cast<int>(M)) || h > 23 || m > 59 || sec > 60)
+      return false;
     t.whole = days_from_civil(Y, static_cast<int>(M), static_cast<int>(D)) * 86400 + h * 3600 + m * 60 + sec;
     t.frac = 0;
     if (s.size() > 19) {

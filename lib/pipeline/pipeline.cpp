@@ -70,6 +70,11 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
     }
   }
   s.num_blocks = b.num_blocks;
+  BatchShape shape;  // the sizes run_host_bytes reads (shuffled: the larger scratch)
+  shape.shared_prefix_len = b.shared_prefix_len;
+  shape.local_attention_chunk = b.local_attention_chunk;
+  shape.num_blocks = b.num_blocks;
+  s.host_bytes = run_host_bytes(b.spec, shape, batch_size_of(b.requests, b.block_size, b.shared_prefix_len)).total();
   const double entry = b.spec.use_mla ? b.spec.mla.latent_dim()
                                       : static_cast<double>(b.spec.num_kv_heads) * (b.spec.head_size_qk + b.spec.head_size_v);
   s.kv_cache_bytes = static_cast<double>(b.num_blocks) * b.block_size * entry *
@@ -103,6 +108,30 @@ const Backend* named_backend(const std::string& name, const std::vector<std::uni
                                  "ATTN_CUDA=ON)",
                                  source, *b, built));
   throw InputError(fmt::format("{} = {}: unknown backend (known: {})", source, name, backend_choices()));
+}
+
+// A scenario's own [run] backends that this build lacks, named at their line with the value as
+// written, as the parser names every other key (the parser cannot tell: it checks the names
+// against every backend attn-bench has, built or not). Names given by --backend are left to
+// named_backend.
+void check_file_backends_built(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
+                               const PipelineOptions& opts) {
+  if (!opts.backends.empty()) return;
+  const RunConfig& run = s.run;
+  const bool sited = run.backend_lines.size() == run.backends.size() && run.backend_texts.size() == run.backends.size();
+  for (size_t i = 0; i < run.backends.size(); ++i) {
+    const std::string& name = run.backends[i];
+    if (name == "all" || name == "auto") continue;
+    if (std::any_of(registry.begin(), registry.end(), [&](const auto& be) { return same_backend_name(be->name(), name); }))
+      continue;
+    const std::optional<std::string> canonical = canonical_backend_name(name);
+    if (!canonical) continue;  // named_backend says "unknown backend"
+    std::string built;
+    for (const auto& be : registry) built += (built.empty() ? "" : ", ") + be->name();
+    throw InputError(InputSite{s.file, sited ? run.backend_lines[i] : 0, "run.backends",
+                               sited ? run.backend_texts[i] : '"' + *canonical + '"', "not in this build",
+                               "it has " + built + "; the CUDA backends need a build with ATTN_CUDA=ON"});
+  }
 }
 
 void add_once(std::vector<const Backend*>& out, const Backend* be) {
@@ -147,6 +176,7 @@ void check_cuda_graph_request(const std::vector<Scenario>& scenarios,
   if (!opts.time || !opts.cuda_graph.value_or(false)) return;
   std::vector<const Backend*> selected;
   for (const Scenario& s : scenarios) {
+    check_file_backends_built(s, registry, opts);
     const BackendNames b = backend_names(s, opts);
     for (const std::string& n : b.names) {
       if (n == "all" || n == "auto") {
@@ -253,6 +283,7 @@ constexpr double kMinSensitivity = 4.0;
 PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
                             const PipelineOptions& opts) {
   PipelineResult result;
+  check_file_backends_built(s, registry, opts);
   const BackendNames selection = backend_names(s, opts);
   TimingOptions topts;
   topts.warmup = opts.warmup.value_or(s.run.warmup);

@@ -77,6 +77,7 @@ struct BatchSummary {
   bool cascade = false;
   std::string cascade_reason;
   bool reordered = false;  // the decode/prefill reorder would move requests
+  double host_bytes = 0;   // run_host_bytes: host memory a run of the batch takes (KV caches aside)
 };
 BatchSummary summarize_batch(const Batch& b, int num_sms = 132);
 
