@@ -54,10 +54,19 @@ def timed(r):
     return checked(r) and num(r, "samples") > 0 and num(r, "median_time_us") > 0
 
 
+def fail_to_write(path, e):
+    # One line naming the file (the CLI adds its own), not a traceback through matplotlib.
+    sys.exit(f"plot.py: cannot write {path}: {e.strerror or e}")
+
+
 def save(fig, out, name):
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(os.path.join(out, f"{name}.{ext}"), dpi=120)
+        path = os.path.join(out, f"{name}.{ext}")
+        try:
+            fig.savefig(path, dpi=120)
+        except OSError as e:
+            fail_to_write(path, e)
     plt.close(fig)
 
 
@@ -172,7 +181,10 @@ def main():
     ap.add_argument("--baseline", default="", help="backend the speedups are taken over (default: the first timed one)")
     a = ap.parse_args()
     rows = load(a.results)
-    os.makedirs(a.out, exist_ok=True)
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as e:
+        fail_to_write(a.out, e)
     throughput(rows, a.out)
     roofline(rows, a.out)
     speedup(rows, a.out, a.baseline)

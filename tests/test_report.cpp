@@ -90,6 +90,8 @@ ResultRow random_row(std::mt19937_64& rng, int i) {
   const char* statuses[] = {"pass", "fail", "skipped", "error"};
   r.status = statuses[i % 4];
   r.batch_invariance_checked = rng() & 1;
+  // Times are never negative (read_csv refuses one).
+  for (double* t : {&r.plan_us, &r.median_time_us, &r.min_time_us, &r.max_time_us, &r.stdev_time_us}) *t = std::abs(*t);
   return r;
 }
 
@@ -150,7 +152,7 @@ TEST(ReportCsv, RoundTripIsExact) {
   std::mt19937_64 rng(1234);
   std::vector<ResultRow> rows;
   for (int i = 0; i < 40; ++i) rows.push_back(random_row(rng, i));
-  rows[0].median_time_us = std::numeric_limits<double>::infinity();
+  rows[0].tflops = std::numeric_limits<double>::infinity();  // a time may not be (read_csv refuses it)
   rows[1].rel_l2 = std::numeric_limits<double>::quiet_NaN();
   rows[2].status = "pass";
   rows[2].max_abs_err = 0.1 + 0.2;  // needs 17 digits
@@ -306,6 +308,65 @@ TEST(ReportCsv, MalformedFilesNameFileAndLine) {
   expect_input_error(empty, {empty});
 }
 
+// The cells of one CSV line (no quoted commas in it), `col` set to `value`.
+std::string with_cell(const std::string& line, const std::string& col, const std::string& value) {
+  const std::vector<std::string> names = result_column_names();
+  const size_t at = static_cast<size_t>(std::find(names.begin(), names.end(), col) - names.begin());
+  std::vector<std::string> cells;
+  std::stringstream ss(line.substr(0, line.find('\n')));
+  for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+  cells.resize(names.size());
+  cells.at(at) = value;
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+  return out + "\n";
+}
+
+// Defect: a median of -5 or nan read as "not timed" (compare showed "-" and "same", the gate
+// passed), a stdev of -1 was taken; an empty scenario read as a row of its own; a folder given
+// as the file said "Header missing". Each is an input error naming file, line, column, value.
+TEST(ReportCsv, InvalidTimesEmptyNamesAndFoldersAreRefused) {
+  TempDir dir;
+  const std::string header = rows_to_csv({});
+  ResultRow r;
+  r.scenario = "s";
+  r.backend = "cpu";
+  r.samples = 3;
+  r.median_time_us = r.min_time_us = r.max_time_us = 10;
+  r.stdev_time_us = 1;
+  const std::string good = rows_to_csv({r}).substr(header.size());
+  const struct {
+    const char* col;
+    const char* value;
+  } bad[] = {{"median_time_us", "-5"}, {"median_time_us", "nan"},  {"median_time_us", "inf"},
+             {"stdev_time_us", "-1"},  {"min_time_us", "-0.5"},    {"max_time_us", "-nan"},
+             {"plan_us", "-1"},        {"stdev_time_us", "nan"}};
+  for (const auto& b : bad) {
+    const std::string path = dir.file("bad.csv");
+    spit(path, header + good + with_cell(good, b.col, b.value));
+    expect_input_error(path, {path + ":3", std::string(b.col) + " = " + b.value, "not a valid time"});
+  }
+  // Legitimate: a row that was not timed leaves its times empty; -1 is "unknown" in the
+  // percent-of-peak and read-floor columns; 0 is a time.
+  ResultRow skipped = r;
+  skipped.status = "skipped";
+  std::string ok = with_cell(good, "pct_peak_bw", "-1");
+  ok = with_cell(ok, "read_floor_us", "-1");
+  ok = with_cell(ok, "plan_us", "0");
+  spit(dir.file("ok.csv"), header + rows_to_csv({skipped}).substr(header.size()) + ok);
+  const std::vector<ResultRow> back = read_csv(dir.file("ok.csv"));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].median_time_us, 0);
+  EXPECT_EQ(back[1].pct_peak_bw, -1);
+
+  for (const char* key : {"scenario", "backend"}) {
+    const std::string path = dir.file(std::string("no_") + key + ".csv");
+    spit(path, header + good + with_cell(good, key, ""));
+    expect_input_error(path, {path + ":3", key, "must not be empty"});
+  }
+  expect_input_error(dir.path().string(), {dir.path().string(), "is a folder, not a results file"});
+}
+
 // ---- JSON ---------------------------------------------------------------------------------
 
 TEST(ReportJson, SchemaEscapingAndNonFinite) {
@@ -419,6 +480,34 @@ TEST(ReportAtomic, FailureLeavesNoFile) {
     fs::permissions(ro, fs::perms::owner_all);
     EXPECT_TRUE(fs::is_empty(ro));
   }
+}
+
+// Defect: `run -o a.csv -o b.json --junit j.xml` wrote a.csv, then failed on b.json and never
+// wrote j.xml. A set is written all or none: a target that cannot be written (a folder, a
+// folder that is a file: both fail as root too) leaves every other target as it was and no
+// temp file behind.
+TEST(ReportAtomic, SetOfFilesIsWrittenAllOrNone) {
+  TempDir dir;
+  const std::string a = dir.file("a.csv"), b = dir.file("b.json"), folder = dir.file("c.xml");
+  spit(a, "old");
+  fs::create_directory(folder);
+  spit(dir.file("blocker"), "x");
+  for (const std::string& bad : {folder, dir.file("blocker") + "/j.xml"}) {
+    try {
+      write_files_atomic({{a, "new"}, {b, "new"}, {bad, "new"}});
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const RuntimeError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(slurp(a), "old") << bad;
+    EXPECT_FALSE(fs::exists(b)) << bad;
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 3) << bad;
+    EXPECT_TRUE(fs::is_empty(folder));
+  }
+  write_files_atomic({{a, "new a"}, {b, "new b"}});
+  EXPECT_EQ(slurp(a), "new a");
+  EXPECT_EQ(slurp(b), "new b");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
 }
 
 // ---- JUnit --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,17 @@ TEST_F(SweepInputs, SweepDevicesRefuseARepeatedGpu) {
   }
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(path("d.shard0.csv")));
+}
+
+// Defect: the progress line showed "eta -35791394m-8s" (an estimate past 2^31 seconds, or a
+// garbage one, wrapped the int it was printed from). Unknown or absurd durations print "?".
+TEST(SweepProgress, DurationTextIsNeverNegativeOrAbsurd) {
+  EXPECT_EQ(duration_text(0), "0m00s");
+  EXPECT_EQ(duration_text(65.4), "1m05s");
+  EXPECT_EQ(duration_text(2 * 3600 + 180), "2h03m");
+  EXPECT_EQ(duration_text(998 * 3600.0), "998h00m");
+  for (double garbage : {-1.0, -1e-9, std::nan(""), 999 * 3600.0, 2147483648.0, 1e20, HUGE_VAL, -HUGE_VAL})
+    EXPECT_EQ(duration_text(garbage), "?") << garbage;
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 #include "cli_common.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -41,9 +45,50 @@ std::vector<Scenario> ScenarioArgs::load() const {
   return out;
 }
 
+void ScenarioArgs::check_distinct(const std::vector<Scenario>& loaded) const {
+  // loaded[i] came from --model/--batch (first, when given) or from files[i - offset].
+  const size_t offset = loaded.size() - files.size();
+  auto source = [&](size_t i) {
+    return i < offset ? fmt::format("--model {} --batch {}", model, batch) : files[i - offset];
+  };
+  for (size_t i = 0; i < loaded.size(); ++i)
+    for (size_t j = i + 1; j < loaded.size(); ++j)
+      if (loaded[i].name == loaded[j].name)
+        throw InputError(fmt::format("scenario '{}' is given twice: {} and {} (its result rows would repeat; give "
+                                     "each scenario once)",
+                                     loaded[i].name, source(i), source(j)));
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+namespace {
+
+// The nearest folder-or-file that exists on the way up from `p` (p itself when it exists).
+std::filesystem::path nearest_existing(std::filesystem::path p) {
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p.has_parent_path() && p.parent_path() != p)
+    p = p.parent_path();
+  return p;
+}
+
+// Whether `dir` takes new files: the atomic writers create a temp file there and rename it.
+void check_folder_writable(const std::string& what, const std::filesystem::path& dir) {
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw InputError(fmt::format("{}: the folder {} is not writable ({})", what, dir.string(), std::strerror(errno)));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);  // also hard links
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a), ec);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b), ec);
+  return ca.lexically_normal() == cb.lexically_normal();
+}
+
+}  // namespace
 
 void check_output_path(const char* flag, const std::string& path, const std::vector<std::string>& extensions) {
   if (!extensions.empty() &&
@@ -57,8 +102,57 @@ void check_output_path(const char* flag, const std::string& path, const std::vec
   if (std::filesystem::is_directory(path, ec))
     throw InputError(fmt::format("{} {}: is a folder (give a file name inside it)", flag, path));
   const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  if (!std::filesystem::is_directory(dir, ec))
+  if (!std::filesystem::is_directory(dir, ec)) {
+    // A file on the way (results.csv/x.csv) is not a missing folder: creating it would not help.
+    const std::filesystem::path found = nearest_existing(dir);
+    if (!found.empty() && std::filesystem::exists(found, ec) && !std::filesystem::is_directory(found, ec))
+      throw InputError(fmt::format("{} {}: {} is a file, not a folder", flag, path, found.string()));
     throw InputError(fmt::format("{} {}: the folder {} does not exist (create it first)", flag, path, dir.string()));
+  }
+  // Checked now rather than found when the outputs are written, after the whole run.
+  check_folder_writable(fmt::format("{} {}", flag, path), dir);
+  // The atomic rename would replace a read-only file (only the folder's permission counts):
+  // read-only is taken as "keep this one".
+  if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{} {}: the file exists and is not writable ({}; make it writable or remove it)",
+                                 flag, path, std::strerror(errno)));
+}
+
+void check_output_folder(const char* flag, const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw InputError(fmt::format("{} {}: exists and is not a folder", flag, dir));
+  // A missing folder is created with its parents: the nearest one that exists must take them.
+  const std::filesystem::path found = nearest_existing(std::filesystem::absolute(dir));
+  if (!std::filesystem::is_directory(found, ec))
+    throw InputError(fmt::format("{} {}: {} is a file, not a folder", flag, dir, found.string()));
+  check_folder_writable(fmt::format("{} {}", flag, dir), found);
+}
+
+void check_distinct_paths(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (same_file(outputs[i].path, outputs[j].path))
+        throw InputError(fmt::format("{} {} and {} {}: the same file (give each output its own path)",
+                                     outputs[i].flag, outputs[i].path, outputs[j].flag, outputs[j].path));
+    for (const PathArg& in : inputs)
+      if (same_file(outputs[i].path, in.path))
+        throw InputError(fmt::format("{} {}: is also the input {} ({}), which it would replace (write it elsewhere)",
+                                     outputs[i].flag, outputs[i].path, in.path, in.flag));
+  }
+}
+
+std::vector<std::string> split_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  // "a,,b" or "a," is a typo (a name lost), never a request to ignore it.
+  if (std::any_of(out.begin(), out.end(), [](const std::string& e) { return e.empty(); }))
+    throw InputError(fmt::format("{} '{}': an empty entry in the comma-separated list", flag, text));
+  return out;
 }
 
 CLI::Validator at_least(long long min) {

@@ -20,12 +20,28 @@ struct ScenarioArgs {
   bool seed_set = false;
   void add_to(CLI::App& cmd);
   std::vector<Scenario> load() const;  // InputError on bad input or when none is given
+  // InputError naming both arguments when two of load()'s scenarios have one name: their rows
+  // would share a (scenario, backend) key, which compare and merge refuse.
+  void check_distinct(const std::vector<Scenario>& loaded) const;
 };
 
 // An output path given with `flag` is checked before anything runs, so that a typo costs no
 // benchmark time: its folder must exist, the path must not be a folder, and its name must end
-// in one of `extensions` (none given: any name). InputError otherwise.
+// in one of `extensions` (none given: any name), the folder must be writable, and an existing
+// file there must be writable too (a read-only one is not replaced). InputError otherwise.
 void check_output_path(const char* flag, const std::string& path, const std::vector<std::string>& extensions = {});
+// The same for an output folder that is created when missing (report plot --out): it, or the
+// nearest folder above it that exists, must be a writable folder.
+void check_output_folder(const char* flag, const std::string& dir);
+// A path given on the command line, with the flag or argument that gave it ("--junit", "base").
+struct PathArg {
+  std::string flag, path;
+};
+// InputError when two outputs, or an output and an input, are one file (compared after
+// normalising: ./a.csv, dir/../a.csv, a symlink or a hard link to it are a.csv).
+void check_distinct_paths(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs = {});
+// "a,b" -> {"a", "b"}; InputError naming `flag` on an empty entry ("a,,b", "a,", "").
+std::vector<std::string> split_list(const std::string& flag, const std::string& text);
 bool ends_with(const std::string& s, const std::string& suffix);
 
 // Integer flags' ranges with plain messages ("-1: must be >= 0"; CLI11's own number checks

@@ -39,7 +39,7 @@ std::string human(double v, const char* unit) {
 
 int run_describe(const ScenarioArgs& args, Format f) {
   Table t{{"batch", "requests", "tokens", "decodes", "prefills", "decode_tokens", "prefill_tokens", "max_query_len",
-           "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "kv_tokens_read", "flops", "bytes",
+           "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "host_bytes", "kv_tokens_read", "flops", "bytes",
            "common_prefix_len", "cascade", "cascade_reason", "spec"},
           {}};
   for (const Scenario& s : args.load()) {
@@ -57,13 +57,17 @@ int run_describe(const ScenarioArgs& args, Format f) {
         fmt::print("  blocks      {} used of {} (block 0 reserved){}\n", m.blocks_used, m.num_blocks,
                    b.shared_prefix_len ? fmt::format(", shared prefix {} tokens", b.shared_prefix_len) : "");
         fmt::print("  kv cache    {}B\n", human(m.kv_cache_bytes, ""));
+        // The figure the run's memory check compares with the host's available memory.
+        fmt::print("  host data   {}B for a run, estimated (batch, metadata, Q, K/V, references, outputs)\n",
+                   human(m.host_bytes, ""));
         fmt::print("  attention   {}FLOP, {}B moved ({} cache tokens read); arithmetic intensity {:.1f} FLOP/B\n",
                    human(m.flops, ""), human(m.bytes, ""), m.kv_tokens_read, m.bytes > 0 ? m.flops / m.bytes : 0.0);
         fmt::print("  cascade     {} ({})\n\n", m.cascade ? "yes" : "no", m.cascade_reason);
       }
       t.rows.push_back({m.label, m.num_reqs, m.num_tokens, m.num_decodes, m.num_prefills, m.num_decode_tokens,
                         m.num_prefill_tokens, m.max_query_len, m.max_seq_len, m.blocks_used, m.num_blocks,
-                        Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)), m.kv_tokens_read,
+                        Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)),
+                        Cell::number(fmt::format("{:.0f}", m.host_bytes)), m.kv_tokens_read,
                         Cell::number(fmt::format("{:.0f}", m.flops)), Cell::number(fmt::format("{:.0f}", m.bytes)),
                         m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, spec_line(b.spec)});
     }

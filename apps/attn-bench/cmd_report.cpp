@@ -39,7 +39,10 @@ void emit(const std::string& text, const std::string& path) {
 }
 
 int run_compare(const CompareArgs& a) {
-  if (!a.output.empty()) check_output_path("--output", a.output);
+  if (!a.output.empty()) {
+    check_output_path("--output", a.output);
+    check_distinct_paths({{"--output", a.output}}, {{"base", a.base}, {"new", a.next}});
+  }
   CompareOptions opts;
   opts.max_slowdown = parse_slowdown(a.max_slowdown);
   opts.noise_aware = !a.ignore_noise;
@@ -64,6 +67,9 @@ struct MergeArgs {
 
 int run_merge(const MergeArgs& a) {
   check_output_path("--output", a.output, {".csv", ".json"});
+  std::vector<PathArg> input_paths;
+  for (const std::string& p : a.inputs) input_paths.push_back({"input", p});
+  check_distinct_paths({{"--output", a.output}}, input_paths);
   std::vector<MergeInput> inputs;
   for (const std::string& p : a.inputs) inputs.push_back({p, read_csv(p)});
   MergeOptions opts;
@@ -92,7 +98,7 @@ std::string sh_quote(const std::string& s) {
 
 int run_plot(const PlotArgs& a) {
   // Input errors are named here, before Python starts: a malformed or empty file, a baseline
-  // no row has, an output folder that is a file.
+  // no row has, an output folder that is a file or not writable.
   const std::vector<ResultRow> rows = read_csv(a.results);
   if (rows.empty()) throw InputError(fmt::format("{}: no result rows to plot", a.results));
   if (!a.baseline.empty() &&
@@ -103,9 +109,7 @@ int run_plot(const PlotArgs& a) {
     throw InputError(fmt::format("--baseline {}: no row of {} has this backend (backends: {})", a.baseline,
                                  a.results, known));
   }
-  std::error_code ec;
-  if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_directory(a.out, ec))
-    throw InputError(fmt::format("--out {}: exists and is not a folder", a.out));
+  check_output_folder("--out", a.out);
   std::string cmd = sh_quote(ATTN_PLOT_PYTHON) + " " + sh_quote(ATTN_PLOT_SCRIPT) + " " + sh_quote(a.results) +
                     " --out " + sh_quote(a.out);
   if (!a.baseline.empty()) cmd += " --baseline " + sh_quote(a.baseline);
@@ -117,7 +121,10 @@ int run_plot(const PlotArgs& a) {
 }
 
 int run_markdown(const MarkdownArgs& a) {
-  if (!a.output.empty()) check_output_path("--output", a.output);
+  if (!a.output.empty()) {
+    check_output_path("--output", a.output);
+    check_distinct_paths({{"--output", a.output}}, {{"results", a.results}});
+  }
   emit(results_markdown(read_csv(a.results), a.top), a.output);
   return kExitOk;
 }

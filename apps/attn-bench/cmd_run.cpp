@@ -33,29 +33,29 @@ struct RunArgs {
   bool validate_only = false;
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = s.find(',', start);
-    const std::string item = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!item.empty()) out.push_back(item);
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
 int run_verb(const RunArgs& a) {
   const std::vector<Scenario> scenarios = a.scenarios.load();
+  a.scenarios.check_distinct(scenarios);
   // Output paths are checked before anything runs, so a typo costs no benchmark time.
-  for (const std::string& out : a.outputs) check_output_path("--output", out, {".csv", ".json"});
-  if (!a.junit.empty()) check_output_path("--junit", a.junit);
+  std::vector<PathArg> outputs;
+  for (const std::string& out : a.outputs) {
+    check_output_path("--output", out, {".csv", ".json"});
+    outputs.push_back({"--output", out});
+  }
+  if (!a.junit.empty()) {
+    check_output_path("--junit", a.junit);
+    outputs.push_back({"--junit", a.junit});
+  }
+  std::vector<PathArg> inputs;
+  for (const std::string& f : a.scenarios.files) inputs.push_back({"scenario", f});
+  check_distinct_paths(outputs, inputs);
 
   PipelineOptions opts;
-  opts.backends = split_commas(a.backend);
-  if (a.backend_given && opts.backends.empty())
-    throw InputError(fmt::format("--backend '{}': no backend named (auto, all, or names, comma-separated)", a.backend));
+  if (a.backend_given) {
+    if (a.backend.find_first_not_of(',') == std::string::npos)
+      throw InputError(fmt::format("--backend '{}': no backend named (auto, all, or names, comma-separated)", a.backend));
+    opts.backends = split_list("--backend", a.backend);
+  }
   opts.iterations = a.iterations;
   opts.warmup = a.warmup;
   if (a.cold_l2) opts.cold_l2 = true;
@@ -110,18 +110,14 @@ int run_verb(const RunArgs& a) {
       fmt::print("note: {} on {}: not exercised by the data (a bug there would move the output by < 4 budgets): "
                  "{} [sensitivity {}]\n", r.backend, r.scenario, r.not_exercised, r.sensitivity);
   }
-  for (const std::string& out : a.outputs) {
-    if (ends_with(out, ".json")) {
-      write_json(out, rows);
-    } else {
-      write_csv(out, rows);
-    }
-    fmt::print("wrote {}\n", out);
-  }
-  if (!a.junit.empty()) {
-    write_junit(a.junit, rows);
-    fmt::print("wrote {}\n", a.junit);
-  }
+  // All outputs or none: a run that cannot write one of them leaves none (and no old file
+  // replaced) rather than a set that looks complete but is not.
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const std::string& out : a.outputs)
+    files.emplace_back(out, ends_with(out, ".json") ? rows_to_json(rows) : rows_to_csv(rows));
+  if (!a.junit.empty()) files.emplace_back(a.junit, rows_to_junit(rows));
+  write_files_atomic(files);
+  for (const auto& f : files) fmt::print("wrote {}\n", f.first);
 
   const auto count = [&](const char* st) {
     return std::count_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return r.status == st; });

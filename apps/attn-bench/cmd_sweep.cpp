@@ -29,20 +29,18 @@ namespace {
 
 struct SweepArgs {
   std::string file, output, shard, devices;
+  bool devices_given = false;  // --devices "" is an error, not "no --devices"
   bool list = false, resume = false, quiet = false, validate_only = false;
   std::optional<int> iterations, warmup;
   std::optional<int64_t> check_sample;
 };
 
-std::string clock_text(double s) {
-  const int t = static_cast<int>(s + 0.5);
-  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
-}
-
-// --output must name a .csv in an existing folder (checked before any case runs).
-void check_output(const std::string& output) {
+// --output must name a .csv in an existing folder, other than the sweep file (checked before any
+// case runs). With --resume the output is also read, on purpose: that is not a clash.
+void check_output(const std::string& output, const std::string& sweep_file) {
   if (output.empty()) throw InputError("sweep: --output FILE.csv is required (or --list)");
   check_output_path("--output", output, {".csv"});
+  check_distinct_paths({{"--output", output}}, {{"sweep file", sweep_file}});
 }
 
 // A backend the sweep names but this build lacks (a GPU sweep on a CPU-only build) would make
@@ -144,7 +142,7 @@ int run_on_devices(const SweepArgs& a) {
   if (!a.shard.empty()) throw InputError("sweep: --devices runs its own shards; do not combine it with --shard");
   if (a.list) throw InputError("sweep: --list does not run anything; use --shard I/N --list instead of --devices");
   if (a.output.empty()) throw InputError("sweep: --devices needs --output FILE.csv");
-  check_output(a.output);
+  check_output(a.output, a.file);
   const int n = static_cast<int>(devices.size());
   // Input errors once, here, rather than once per child.
   const Sweep sw = load_sweep(a.file);
@@ -201,7 +199,7 @@ int run_on_devices(const SweepArgs& a) {
 }
 
 int run_sweep(const SweepArgs& a) {
-  if (!a.devices.empty()) return run_on_devices(a);
+  if (a.devices_given) return run_on_devices(a);
   const Sweep sw = load_sweep(a.file);
   std::vector<size_t> mine(sw.cases.size());
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = i;
@@ -213,7 +211,7 @@ int run_sweep(const SweepArgs& a) {
     for (size_t i : mine) fmt::print("{}\n", sw.cases[i].name);
     return kExitOk;
   }
-  check_output(a.output);
+  check_output(a.output, a.file);
   check_backends_built(sw, mine);
 
   // --resume keeps the rows already written and skips their cases; without it the file is new.
@@ -253,11 +251,13 @@ int run_sweep(const SweepArgs& a) {
     if (!a.quiet) {
       // ETA from the estimated cost still ahead, at the rate measured so far.
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const std::string eta = done_cost > 0 ? clock_text(elapsed / done_cost * (todo_cost - done_cost)) : "?";
+      // Rounding can leave todo_cost - done_cost a hair below 0; a garbage estimate prints "?".
+      const std::string eta =
+          done_cost > 0 ? duration_text(elapsed / done_cost * std::max(0.0, todo_cost - done_cost)) : "?";
       constexpr int kBar = 20;
       const int fill = static_cast<int>(kBar * k / std::max<size_t>(todo.size(), 1));
       fmt::print(stderr, "{}[{}{}] {}/{}  elapsed {}  eta {}  {}{}", tty ? "\r\033[K" : "", std::string(fill, '#'),
-                 std::string(kBar - fill, '.'), k + 1, todo.size(), clock_text(elapsed), eta, c.name, tty ? "" : "\n");
+                 std::string(kBar - fill, '.'), k + 1, todo.size(), duration_text(elapsed), eta, c.name, tty ? "" : "\n");
       std::fflush(stderr);
     }
     std::vector<ResultRow> got;
@@ -284,7 +284,7 @@ int run_sweep(const SweepArgs& a) {
   if (!a.quiet)
     fmt::print(stderr, "{}sweep {}: {} cases run, {} rows in {} ({} failed or errored) in {}\n", tty ? "\r\033[K" : "",
                sw.name, todo.size(), rows.size(), a.output, failures,
-               clock_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+               duration_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   return failures ? kExitCheckFailed : kExitOk;
 }
 
@@ -298,8 +298,9 @@ void add_sweep(CLI::App& app, Commands& c) {
   cmd->add_option("-o,--output", a->output, "Results CSV, rewritten atomically after every case");
   cmd->add_flag("--resume", a->resume, "Keep the rows already in --output and skip their cases");
   cmd->add_option("--shard", a->shard, "Run shard I of N (0-based, balanced by estimated cost), e.g. 0/4");
-  cmd->add_option("--devices", a->devices,
-                  "GPUs of this node, e.g. 0,1,2,3: one shard process per GPU, then the shards merged into --output");
+  cmd->add_option_function<std::string>(
+      "--devices", [a](const std::string& v) { a->devices = v, a->devices_given = true; },
+      "GPUs of this node, e.g. 0,1,2,3: one shard process per GPU, then the shards merged into --output");
   cmd->add_option("--iterations", a->iterations, "Timed samples per case (overrides the sweep's [run])")
       ->check(at_least(1));
   cmd->add_option("--warmup", a->warmup, "Warm-up runs per case")->check(at_least(0));

@@ -5,8 +5,11 @@
 // backslash, LF and CR as \\, \n and \r, so every row is one physical line (what the line
 // based reader expects, and what grep/diff show). Numbers use the shortest text that reads
 // back to the same double, so read_csv(rows_to_csv(rows)) == rows.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -31,6 +34,16 @@ using CsvReader = io::CSVReader<kNumColumns, io::trim_chars<' '>, io::double_quo
 // Columns a file must have: the row identity and its verdict. Others may be missing (files of
 // an older schema read with defaults) and unknown columns are ignored (a newer schema).
 constexpr std::array<std::string_view, 3> kRequiredColumns{"scenario", "backend", "status"};
+
+// Times in microseconds: where a row has one (a timed row) it is a finite number >= 0; a row
+// without timings leaves the cell empty (field_applies), so no sentinel such as -1 is written.
+// The -1 sentinels of pct_peak_bw, read_floor_us, ... ("unknown") are other columns.
+constexpr std::array<std::string_view, 5> kTimeColumns{"plan_us", "median_time_us", "min_time_us", "max_time_us",
+                                                       "stdev_time_us"};
+
+bool is_time_column(std::string_view name) {
+  return std::find(kTimeColumns.begin(), kTimeColumns.end(), name) != kTimeColumns.end();
+}
 
 // Inverse of the backslash escapes of escape_csv_cell; an unknown escape is kept verbatim.
 std::string unescape_csv_cell(std::string_view s) {
@@ -110,6 +123,10 @@ std::vector<ResultRow> read_csv(const std::string& path) {
   const std::string hint = "expected a results CSV written by attn-bench (docs/RESULTS.md)";
   std::vector<ResultRow> rows;
   long line = 0;
+  std::error_code ec;
+  // The parser would open a folder and report its empty read as a missing header.
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(InputSite{path, 0, "", "", "is a folder, not a results file", hint});
   try {
     CsvReader in(path);
     read_header(in, std::make_index_sequence<kNumColumns>{});
@@ -136,7 +153,18 @@ std::vector<ResultRow> read_csv(const std::string& path) {
           throw InputError(InputSite{path, line, col.name, cells[i], "not a valid value for this column",
                                                hint});
         }
+        // A negative or NaN time would read as "not timed" to the compare gate (which times
+        // only median > 0) and let a row through unjudged.
+        if (is_time_column(col.name) && !text.empty()) {
+          const double v = row.*std::get<double ResultRow::*>(col.field);
+          if (!(v >= 0) || !std::isfinite(v))
+            throw InputError(InputSite{path, line, col.name, cells[i], "not a valid time",
+                                       "a finite number of microseconds >= 0, or empty where the row was not timed"});
+        }
       }
+      // The row's identity: an empty one cannot be matched by compare or merge.
+      if (row.scenario.empty()) throw InputError(InputSite{path, line, "scenario", "", "must not be empty", hint});
+      if (row.backend.empty()) throw InputError(InputSite{path, line, "backend", "", "must not be empty", hint});
       if (!parse_row_status(row.status)) {
         throw InputError(InputSite{path, line, "status", row.status, "unknown status",
                                              "one of pass, fail, skipped, error"});

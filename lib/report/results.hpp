@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/spec.hpp"
@@ -72,6 +73,11 @@ std::vector<ResultRow> read_csv(const std::string& path);
 std::string format_table(const std::vector<ResultRow>& rows);
 // Writes `content` to `path` atomically.
 void write_file_atomic(const std::string& path, const std::string& content);
+// Writes each (path, content) atomically, all or none: every temp file is written before any is
+// renamed, so one that fails (RuntimeError) leaves every target as it was and no temp file
+// behind. Only a rename failing part-way (the temp files were made in the targets' folders, so
+// rare) can leave the earlier targets replaced.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 // JUnit XML for CI (`validate --junit`): a testsuite per scenario, a testcase per backend,
 // <failure>/<error> with the reason for fail/error rows, <skipped> for skipped ones. Atomic.
 void write_junit(const std::string& path, const std::vector<ResultRow>& rows);

@@ -363,4 +363,11 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {i, n};
 }
 
+std::string duration_text(double seconds) {
+  constexpr double kMax = 999.0 * 3600;
+  if (!(seconds >= 0) || !(seconds < kMax)) return "?";  // NaN fails both comparisons
+  const int t = static_cast<int>(seconds + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
 }  // namespace attn

@@ -33,4 +33,9 @@ std::vector<size_t> shard_cases(const Sweep& s, int index, int count);
 // "I/N" with 0 <= I < N -> (I, N); InputError otherwise.
 std::pair<int, int> parse_shard(const std::string& text);
 
+// A duration for the progress line: "12m05s", or "2h03m" from an hour on; "?" when unknown (NaN,
+// negative) or over 999 hours, which only a garbage estimate gives (and which would overflow the
+// integer seconds it is printed from).
+std::string duration_text(double seconds);
+
 }  // namespace attn
