@@ -8,15 +8,18 @@ Writes DIR/{throughput,roofline,speedup,accuracy}.{png,svg}:
               one line per (backend, batch size)
   roofline    achieved TFLOP/s against arithmetic intensity (FLOPs / byte), with the device's
               measured copy-bandwidth and matrix ceilings (recovered from the % of peak columns)
-  speedup     each backend's median time over the baseline backend's, per case
+  speedup     each backend's median time over the baseline backend's, per case (a sweep's case
+              names end in :BACKEND; rows are paired on the name without it)
   accuracy    err_over_floor (rel_l2 over the precision floor) per backend and case, with the
               default bf16 gate (1.6); rel_l2 where the floor was not measured
-Only rows with status pass or fail carry numbers; timed figures use rows with samples > 0.
+Only rows with status pass or fail carry numbers; timed figures use rows with samples > 0. A
+figure with nothing to draw says why on one line (and on the figure) rather than showing empty axes.
 """
 import argparse
 import csv
 import math
 import os
+import re
 import sys
 
 try:
@@ -52,6 +55,26 @@ def checked(r):
 
 def timed(r):
     return checked(r) and num(r, "samples") > 0 and num(r, "median_time_us") > 0
+
+
+def case_of(r):
+    """The case a row measures, the same for every backend: a sweep names its cases
+    PRESET:NxQ@C[...]:BACKEND (docs/SCENARIOS.md), so the backend suffix is dropped to pair
+    rows of different backends; other scenario names are the case as they are."""
+    name, _, suffix = r["scenario"].rpartition(":")
+    return name if name and suffix.lower() == r["backend"].lower() else r["scenario"]
+
+
+def natural_key(name):
+    # Numbers compare as numbers: 1x16@128 before 1x16@1024, 4x1 before 16x1.
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p]
+
+
+def nothing_to_draw(ax, name, why):
+    # Said on the console, where a reader of `report plot` looks, and on the figure itself (a
+    # figure from an earlier run must not be left in its place), not as a legend over empty axes.
+    print(f"plot.py: {name}: nothing to draw: {why}")
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, transform=ax.transAxes)
 
 
 def fail_to_write(path, e):
@@ -93,6 +116,8 @@ def throughput(rows, out):
             ax.legend(fontsize=8)
         else:
             ax.text(0.5, 0.5, "no timed rows", ha="center", va="center", transform=ax.transAxes)
+    if not any(timed(r) for r in rows):
+        print("plot.py: throughput: nothing to draw: no row was timed")
     save(fig, out, "throughput")
 
 
@@ -113,25 +138,34 @@ def roofline(rows, out):
         grid = [lo * (hi / lo) ** (i / 100) for i in range(101)]
         ax.plot(grid, [min(x * peak_bw / 1e3, peak_mm) for x in grid], "k--", lw=1,
                 label=f"ceilings: copy {peak_bw:.0f} GB/s, matrix {peak_mm:.0f} TFLOP/s")
-    else:
-        ax.text(0.02, 0.95, "device ceilings unknown (no % of peak in the CSV)", transform=ax.transAxes, fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
     ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title("roofline")
     ax.grid(True, which="both", alpha=0.3)
+    if bw and mm:
+        ax.set_title("roofline")
+    else:
+        # Above the axes, under the title: inside them the legend (placed where the points are
+        # not, often the top left) lands on it (CPU rows never have a % of peak).
+        ax.set_title("roofline", pad=16)
+        ax.text(0.5, 1.01, "device ceilings unknown (no % of peak in the CSV)", ha="center", va="bottom",
+                transform=ax.transAxes, fontsize=8)
     if points:
         ax.legend(fontsize=8)
+    else:
+        nothing_to_draw(ax, "roofline", "no timed row has its FLOPs and bytes")
     save(fig, out, "roofline")
 
 
 def speedup(rows, out, baseline):
     backends = sorted({r["backend"] for r in rows if timed(r)})
     base = baseline or (backends[0] if backends else "")
-    times = {(r["scenario"], r["backend"]): num(r, "median_time_us") for r in rows if timed(r)}
-    cases = sorted({s for (s, b) in times if b == base})
+    times = {(case_of(r), r["backend"]): num(r, "median_time_us") for r in rows if timed(r)}
     others = [b for b in backends if b != base]
+    # The cases the baseline and at least one other backend were both timed on: a case only one
+    # of them ran is a bar of nothing.
+    cases = sorted({c for (c, b) in times if b == base and any((c, o) in times for o in others)}, key=natural_key)
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(cases) + 2), 4.5))
     width = 0.8 / max(len(others), 1)
     for i, b in enumerate(others):
@@ -142,11 +176,12 @@ def speedup(rows, out, baseline):
     ax.set_xticklabels(cases, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(f"speedup over {base} (higher is faster)")
     ax.set_title("speedup per case")
-    if others:
+    if cases:
         ax.legend(fontsize=8)
+    elif not others:
+        nothing_to_draw(ax, "speedup", f"only {base or 'no backend'} was timed: nothing to compare")
     else:
-        ax.text(0.5, 0.5, f"only {base or 'no backend'} was timed: nothing to compare", ha="center", va="center",
-                transform=ax.transAxes)
+        nothing_to_draw(ax, "speedup", f"no case was timed on both {base} and {', '.join(others)}")
     save(fig, out, "speedup")
 
 
@@ -171,6 +206,8 @@ def accuracy(rows, out):
     ax.grid(True, axis="y", alpha=0.3)
     if backends:
         ax.legend(fontsize=8)
+    else:
+        nothing_to_draw(ax, "accuracy", "no row was checked (pass or fail)")
     save(fig, out, "accuracy")
 
 

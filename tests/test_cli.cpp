@@ -257,6 +257,47 @@ TEST_F(CliTest, CudaGraphIsRefusedWhereNoSelectedBackendCanTakeIt) {
   }
 }
 
+// Defect: `validate q.toml --backend flash_attn,flashmla` on a machine with no GPU printed "0
+// passed, 0 failed, 4 skipped" and exited 0: a CI runner whose GPU driver broke went green having
+// checked nothing. With every row skipped, validate and run exit 4 and say why; one row checked
+// (the others skipped) is still a pass.
+TEST_F(CliTest, ValidateThatChecksNothingExitsFour) {
+  // MLA with ALiBi: a valid scenario the cpu backend skips, on every machine and build.
+  const std::string skipped_by_cpu = write("mla_alibi.toml", "seed = 1\n[model]\npreset = \"deepseek-v3\"\n"
+                                                             "alibi = true\n[[batch.requests]]\ncount = 1\n"
+                                                             "context_len = 16\nquery_len = 1\n");
+  const std::string junit = (dir_ / "j.xml").string();
+  Result r = run_cli("validate " + skipped_by_cpu + " --backend cpu -q --strict --junit " + junit);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("0 passed, 0 failed, 1 skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nothing was checked: every row was skipped; the first reason: cpu on mla_alibi: MLA with "
+                          "ALiBi"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(junit));  // the report still shows the skips
+  r = run_cli("run " + skipped_by_cpu + " --backend cpu -q --iterations 1 --warmup 0");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("nothing was checked"), std::string::npos) << r.output;
+  // One row that checks something: the skipped one does not turn the gate red.
+  r = run_cli("validate " + skipped_by_cpu + " " + scenario("quickstart.toml") + " --backend cpu -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("nothing was checked"), std::string::npos) << r.output;
+  // The code is documented where a user looks for it.
+  EXPECT_NE(run_cli("--help").output.find("4 run or validate checked nothing"), std::string::npos);
+
+  // The reported case: GPU backends in a CUDA build on a machine whose GPU cannot be used.
+  const auto registry = attn::make_registry();
+  const auto built_unavailable = [&](const char* name) {
+    return std::any_of(registry.begin(), registry.end(),
+                       [&](const auto& be) { return be->name() == name && !be->available().ok; });
+  };
+  // (Not GTEST_SKIP: the checks above ran and count on every machine.)
+  if (!built_unavailable("flash_attn") || !built_unavailable("flashmla")) return;
+  r = run_cli("validate " + scenario("quickstart.toml") + " " + scenario("mla_decode_deepseek.toml") +
+              " --backend flash_attn,flashmla -q --strict --junit " + junit);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("nothing was checked: every row was skipped; the first reason: "), std::string::npos)
+      << r.output;
+}
+
 // Defect: a scenario's floats were echoed with 17 digits (k_abs = 0.9 as 0.90000000000000002 in
 // error messages; logits_soft_cap = 30.1 as the float's 30.100000381469727 in results rows).
 // Each is echoed as the shortest text that reads back the same.

@@ -176,6 +176,22 @@ TEST_F(CliOutputs, ScenarioGivenTwiceIsRefused) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+// Defect: `report compare --max-slowdown 5` was read as a fraction, 500 %, and the gate passed
+// "no row slower than +500.0%". A bare number above 1 is refused with the percentage it likely
+// meant; "5%" and "0.05" stand, and --help shows the default.
+TEST_F(CliOutputs, BareSlowdownAboveOneIsRefused) {
+  const std::string base = results("base.csv");
+  const std::string compare = "report compare " + base + " " + base + " --max-slowdown ";
+  expect_refused(run_cli(compare + "5"),
+                 "--max-slowdown 5: a fraction (0.05) or a percentage (5%); did you mean 5%?");
+  expect_refused(run_cli(compare + "' 12.5 '"), "did you mean 12.5%?");
+  for (const char* ok : {"5%", "0.05", "1", "150%"}) {
+    const CliResult r = run_cli(compare + ok);
+    EXPECT_EQ(r.code, 0) << ok << "\n" << r.output;
+  }
+  EXPECT_NE(run_cli("report compare --help").output.find("(default 5%)"), std::string::npos);
+}
+
 // Defect: a regular file where the folder should be said "the folder ... does not exist"; a
 // folder given to compare said "Header missing".
 TEST_F(CliOutputs, PathMessagesSayWhatThePathIs) {

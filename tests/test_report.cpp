@@ -735,8 +735,9 @@ TEST(ReportMarkdown, CountsTablesPerBackendAndRankings) {
   b.reason = "rel_l2 9e-3 > 1.6 x floor | see worst";
   ResultRow c = timed("prefill_2x4k", "cpu", 0, "skipped");
   c.reason = "too slow";
-  const std::string md = results_markdown({a, b, c}, 1);
-  EXPECT_NE(md.find("**3 rows: 1 pass, 1 fail, 1 skipped, 0 error**"), std::string::npos) << md;
+  ResultRow d = timed("decode_64x4k", "cpu", 52.5);
+  const std::string md = results_markdown({a, b, c, d}, 1);
+  EXPECT_NE(md.find("**4 rows: 2 pass, 1 fail, 1 skipped, 0 error**"), std::string::npos) << md;
   EXPECT_NE(md.find("### flash_attn"), std::string::npos);
   EXPECT_NE(md.find("### cpu"), std::string::npos);
   EXPECT_NE(md.find("\\| see worst"), std::string::npos) << "a | in a reason must not split the cell";
@@ -746,6 +747,76 @@ TEST(ReportMarkdown, CountsTablesPerBackendAndRankings) {
   // Without a measured floor the ranking falls back to rel_l2.
   a.floor_rel_l2 = 0;
   EXPECT_NE(results_markdown({a}).find("rel_l2 2.00e-03"), std::string::npos);
+}
+
+TEST(ReportMarkdown, CpuThroughputKeepsThreeSignificantDigits) {
+  ResultRow cpu = timed("llama3-8b:1x1@128:cpu", "cpu", 1875.0);
+  cpu.tflops = 0.00905;
+  cpu.tb_per_sec = 0.00226;  // 2.26 GB/s
+  cpu.pct_peak_bw = cpu.pct_peak_flops = -1;
+  ResultRow gpu = timed("decode_64x4k", "flash_attn", 3.456);
+  gpu.tflops = 571.14;
+  gpu.tb_per_sec = 4.2853;
+  gpu.pct_peak_bw = 91.2;
+  const std::string md = results_markdown({cpu, gpu});
+  // Rounded to fixed places these read 0.0 TFLOP/s and 2 GB/s, as if nothing had run.
+  EXPECT_NE(md.find("| 1875.00 | 0.00905 | 2.26 | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 3.46 | 571.1 | 4285 | 91% |"), std::string::npos) << md;
+  EXPECT_EQ(figure_text(0.0123, 1), "0.0123");
+  EXPECT_EQ(figure_text(12.345, 1), "12.3");
+  EXPECT_EQ(figure_text(0, 0), "0");
+}
+
+TEST(ReportMarkdown, HeaderNamesOnlyTheBuildAndDeviceThatAreKnown) {
+  ResultRow r = timed("s", "cpu", 10);
+  r.build = "attn-bench 1.0 (Release)";
+  auto header = [](const std::vector<ResultRow>& rows) {
+    const std::string md = results_markdown(rows);
+    const size_t at = md.find("**");
+    return md.substr(at, md.find('\n', at) - at);
+  };
+  // A CPU row has no device: no separator with nothing after it.
+  EXPECT_EQ(header({r}), "**1 rows: 1 pass, 0 fail, 0 skipped, 0 error** · attn-bench 1.0 (Release)");
+  ResultRow g = timed("s", "flash_attn", 0, "skipped");
+  g.build = r.build;
+  EXPECT_EQ(header({g, r}), "**2 rows: 1 pass, 0 fail, 1 skipped, 0 error** · attn-bench 1.0 (Release)");
+  ResultRow gpu = r;
+  gpu.backend = "flash_attn";
+  gpu.device = "NVIDIA H100";
+  EXPECT_EQ(header({r, gpu}),
+            "**2 rows: 2 pass, 0 fail, 0 skipped, 0 error** · attn-bench 1.0 (Release) · NVIDIA H100");
+  EXPECT_EQ(header({timed("s", "cpu", 0, "skipped")}), "**1 rows: 0 pass, 0 fail, 1 skipped, 0 error**");
+}
+
+TEST(ReportMarkdown, BackendSkippedEverywhereForOneReasonIsOneLine) {
+  const std::string no_gpu = "no NVIDIA GPU: the flash_attn backend needs a CUDA device";
+  std::vector<ResultRow> rows;
+  for (const char* s : {"a:1x1@128", "a:1x1@256", "a:4x1@128"}) {
+    rows.push_back(timed(s, "cpu", 100));
+    for (const char* be : {"flash_attn", "flashinfer", "flashmla"}) {
+      rows.push_back(timed(s, be, 0, "skipped"));
+      rows.back().reason = no_gpu;
+    }
+    // Skipped for reasons that differ per scenario: those stay rows, they say something each.
+    rows.push_back(timed(s, "triton", 0, "skipped"));
+    rows.back().reason = std::string("too large: ") + s;
+  }
+  rows.push_back(timed("b", "xformers", 0, "skipped"));  // one reason, but not everywhere skipped
+  rows.back().reason = no_gpu;
+  rows.push_back(timed("c", "xformers", 50));
+  const std::string md = results_markdown(rows);
+  EXPECT_NE(md.find("\nflash_attn, flashinfer, flashmla: skipped on every scenario: " + no_gpu + "\n"),
+            std::string::npos)
+      << md;
+  for (const char* gone : {"### flash_attn", "### flashinfer", "### flashmla"})
+    EXPECT_EQ(md.find(gone), std::string::npos) << gone << " in\n" << md;
+  EXPECT_NE(md.find("### triton"), std::string::npos) << md;
+  EXPECT_NE(md.find("too large: a:4x1@128"), std::string::npos) << md;
+  EXPECT_NE(md.find("### xformers"), std::string::npos) << md;
+  EXPECT_NE(md.find("### cpu"), std::string::npos) << md;
+  // The one collapsed line is said once, and the counts still count every row.
+  EXPECT_EQ(md.find("skipped on every scenario"), md.rfind("skipped on every scenario")) << md;
+  EXPECT_NE(md.find("**17 rows: 4 pass, 0 fail, 13 skipped, 0 error**"), std::string::npos) << md;
 }
 
 TEST(ReportMarkdown, CompareVerdictThenChangedRows) {

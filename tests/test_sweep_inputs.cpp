@@ -129,6 +129,30 @@ TEST_F(SweepInputs, SweepBackendAxisIsCheckedAtLoad) {
   EXPECT_FALSE(fs::exists(path("bad.csv")));
 }
 
+// Defect: `sweep scenarios/quickstart.toml` printed ":12: batch = { requests = [ {...},{...},{...} ] }:
+// unknown key": the whole batch table as the value. A scenario file is named as one, and a
+// table or array in a sweep error is abbreviated.
+TEST_F(SweepInputs, ScenarioFileGivenToSweepIsNamed) {
+  const std::string quick = std::string(ATTN_SOURCE_DIR) + "/scenarios/quickstart.toml";
+  Result r = run_cli("sweep " + quick + " --list");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, quick + ": a scenario file, not a sweep (run it with `attn-bench run " + quick + "`; "
+                                    "a sweep has [base] and [axes]")) << r.output;
+  EXPECT_FALSE(has(r.output, "requests")) << r.output;
+  std::string e = parse_error("[model]\npreset = \"llama3-8b\"\n[[batch.requests]]\ncount = 1\ncontext_len = 16\n");
+  EXPECT_TRUE(has(e, "sw.toml: a scenario file, not a sweep")) << e;
+
+  // A sweep with a stray table or array: the key and a short value, never the whole of it.
+  e = parse_error("[base]\npreset = \"llama3-8b\"\n[axes]\ncontext_len = [16]\n[batch]\n"
+                  "requests = [{ count = 1, context_len = 16 }, { count = 2, context_len = 32 }]\n");
+  EXPECT_TRUE(has(e, "sw.toml:5: batch = { ... }: unknown key (expected one of: name,")) << e;
+  EXPECT_FALSE(has(e, "context_len = 16")) << e;
+  e = parse_error("[base]\npreset = \"llama3-8b\"\n[axes]\ncontext_lens = [16, 32]\n");
+  EXPECT_TRUE(has(e, "sw.toml:4: axes.context_lens = [ ... ]: unknown axis")) << e;
+  e = parse_error("[base]\npreset = \"llama3-8b\"\n[axes]\ncontext_len = []\n");
+  EXPECT_TRUE(has(e, "axes.context_len = []: expected a non-empty array")) << e;
+}
+
 // Defect: [base] without preset was refused although [base] takes a scenario's [model] keys.
 TEST_F(SweepInputs, SweepBaseWithoutPresetIsAnExplicitModel) {
   const Sweep gqa = parse_sweep(

@@ -38,13 +38,27 @@ void emit(const std::string& text, const std::string& path) {
   }
 }
 
+// parse_slowdown reads a bare number as a fraction, so "--max-slowdown 5" meant 500 %; a bare
+// "5" is almost always "5 %" typed without its sign. A bare number above 1 (a slowdown of more
+// than 100 %) is refused with the percentage it likely meant; "5%" and "0.05" stand.
+double max_slowdown(const std::string& text) {
+  const double v = parse_slowdown(text, "--max-slowdown");
+  const size_t last = text.find_last_not_of(' ');
+  if (v > 1 && text[last] != '%') {
+    const std::string bare = text.substr(0, last + 1).substr(text.find_first_not_of(' '));
+    throw InputError(fmt::format("--max-slowdown {}: a fraction ({:g}) or a percentage ({}%); did you mean {}%?", bare,
+                                 v / 100, bare, bare));
+  }
+  return v;
+}
+
 int run_compare(const CompareArgs& a) {
   if (!a.output.empty()) {
     check_output_path("--output", a.output);
     check_distinct_paths({{"--output", a.output}}, {{"base", a.base}, {"new", a.next}});
   }
   CompareOptions opts;
-  opts.max_slowdown = parse_slowdown(a.max_slowdown);
+  opts.max_slowdown = max_slowdown(a.max_slowdown);
   opts.noise_aware = !a.ignore_noise;
   opts.base_name = a.base;
   opts.new_name = a.next;
@@ -139,7 +153,9 @@ void add_report(CLI::App& app, Commands& c) {
   auto a = std::make_shared<CompareArgs>();
   cmp->add_option("base", a->base, "Baseline results CSV")->required();
   cmp->add_option("new", a->next, "New results CSV")->required();
-  cmp->add_option("--max-slowdown", a->max_slowdown, "Allowed slowdown of the median time, e.g. 5% or 0.05");
+  cmp->add_option("--max-slowdown", a->max_slowdown,
+                  "Allowed slowdown of the median time (default 5%): a percentage (5%) or a fraction (0.05); a "
+                  "bare number above 1 is refused");
   cmp->add_flag("--ignore-noise", a->ignore_noise,
                 "Gate on the threshold alone (by default a change within the rows' noise, the smaller stdev / "
                 "median of the two sides, is not a slowdown)");

@@ -126,6 +126,17 @@ int run_verb(const RunArgs& a) {
   fmt::print("{} passed, {} failed, {} skipped, {} errors\n", pass, fail, skipped, errors);
   if (fail > 0) return kExitCheckFailed;
   if (errors > 0) return kExitRuntime;
+  // A gate that checked nothing is not a pass: a CI runner whose GPU driver broke skips every GPU
+  // row and would otherwise go green (pytest exits 5 when no test ran, for the same reason).
+  if (pass == 0) {
+    const auto first = std::find_if(rows.begin(), rows.end(), [](const ResultRow& r) { return r.status == "skipped"; });
+    fmt::print(stderr, "attn-bench: nothing was checked: {}\n",
+               first == rows.end()
+                   ? std::string("no row was run")
+                   : fmt::format("every row was skipped; the first reason: {} on {}: {}", first->backend,
+                                 first->scenario, first->reason.empty() ? "(none given)" : first->reason));
+    return kExitNothingChecked;
+  }
   return kExitOk;
 }
 
@@ -149,7 +160,9 @@ void add_common(CLI::App* cmd, RunArgs& a) {
 
 void add_run_and_validate(CLI::App& app, Commands& c) {
   auto ra = std::make_shared<RunArgs>();
-  auto* run = app.add_subcommand("run", "Check and time backends on scenarios; print a table and write results");
+  auto* run = app.add_subcommand(
+      "run", "Check and time backends on scenarios; print a table and write results; exit 4 when every row was "
+             "skipped (nothing checked)");
   add_common(run, *ra);
   run->add_option("-o,--output", ra->outputs, "Results file(s): .csv or .json (written atomically)");
   run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(at_least(1));
@@ -166,7 +179,9 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
 
   auto va = std::make_shared<RunArgs>();
   va->validate_only = true;
-  auto* val = app.add_subcommand("validate", "CI gate: check backends against the float64 reference; exit 1 on failure");
+  auto* val = app.add_subcommand(
+      "validate", "CI gate: check backends against the float64 reference; exit 1 on failure, 4 when every row was "
+                  "skipped (nothing checked, e.g. GPU backends on a machine with no usable GPU)");
   add_common(val, *va);
   val->add_option("--junit", va->junit, "Write a JUnit XML report for CI systems");
   val->add_option("-o,--output", va->outputs, "Results file(s): .csv or .json");

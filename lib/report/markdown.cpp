@@ -1,9 +1,13 @@
 #include "report/markdown.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace attn {
 
@@ -30,9 +34,24 @@ std::string accuracy_text(const ResultRow& r) {
   return r.floor_rel_l2 > 0 ? fmt::format("{:.2f} x floor", r.err_over_floor) : fmt::format("rel_l2 {:.2e}", r.rel_l2);
 }
 
-std::string time_text(const ResultRow& r) { return timed(r) ? fmt::format("{:.2f}", r.median_time_us) : "-"; }
+std::string time_text(const ResultRow& r) { return timed(r) ? figure_text(r.median_time_us, 2) : "-"; }
+
+// The reason a backend was skipped on every one of its rows, if it was, and for one reason only.
+std::optional<std::string> skipped_everywhere(const std::vector<ResultRow>& rows, const std::string& backend) {
+  std::optional<std::string> reason;
+  for (const ResultRow& r : rows) {
+    if (r.backend != backend) continue;
+    if (r.status != "skipped" || (reason && *reason != r.reason)) return std::nullopt;
+    reason = r.reason;
+  }
+  return reason;
+}
 
 }  // namespace
+
+std::string figure_text(double v, int decimals) {
+  return std::abs(v) >= 10 ? fmt::format("{:.{}f}", v, decimals) : fmt::format("{:.3g}", v);
+}
 
 std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
                            const std::vector<bool>& right) {
@@ -64,26 +83,42 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
   std::string out = "## attn-bench results\n\n";
   out += fmt::format("**{} rows: {} pass, {} fail, {} skipped, {} error**", rows.size(), count["pass"], count["fail"],
                      count["skipped"], count["error"]);
-  if (!rows.empty()) out += fmt::format(" · {} · {}", rows.front().build, rows.front().device);
+  // Build and device from the rows that have them (a skipped row may have neither), so
+  // the line never ends in a separator with nothing after it.
+  for (auto field : {&ResultRow::build, &ResultRow::device}) {
+    const auto it = std::find_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return !(r.*field).empty(); });
+    if (it != rows.end()) out += " · " + (*it).*field;
+  }
   out += "\n";
 
   std::vector<std::string> backends;
   for (const ResultRow& r : rows)
     if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+  // `--backend all` without a GPU skips each GPU backend on every scenario for the same reason:
+  // one line per reason under the tables says so, where a table would repeat it row after row.
+  std::vector<std::pair<std::string, std::vector<std::string>>> skipped;  // reason, its backends
   for (const std::string& be : backends) {
+    if (const std::optional<std::string> reason = skipped_everywhere(rows, be)) {
+      auto it = std::find_if(skipped.begin(), skipped.end(), [&](const auto& s) { return s.first == *reason; });
+      if (it == skipped.end()) it = skipped.insert(skipped.end(), {*reason, {}});
+      it->second.push_back(be);
+      continue;
+    }
     std::vector<std::vector<std::string>> t;
     for (const ResultRow& r : rows) {
       if (r.backend != be) continue;
       const double peak = std::max(r.pct_peak_bw, r.pct_peak_flops);
       t.push_back({r.scenario, r.status, checked(r) ? accuracy_text(r) : "-", time_text(r),
-                   timed(r) ? fmt::format("{:.1f}", r.tflops) : "-",
-                   timed(r) ? fmt::format("{:.0f}", r.tb_per_sec * 1000.0) : "-",
+                   timed(r) ? figure_text(r.tflops, 1) : "-", timed(r) ? figure_text(r.tb_per_sec * 1000.0, 0) : "-",
                    timed(r) && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-", cut(r.reason, 80)});
     }
     out += fmt::format("\n### {}\n\n", be);
     out += markdown_table({"scenario", "status", "accuracy", "median us", "TFLOP/s", "GB/s", "% peak", "reason"}, t,
                           {false, false, true, true, true, true, true, false});
   }
+  if (!skipped.empty()) out += "\n";
+  for (const auto& [reason, names] : skipped)
+    out += fmt::format("{}: skipped on every scenario: {}\n", fmt::join(names, ", "), cell(reason));
 
   std::vector<const ResultRow*> slow, inaccurate;
   for (const ResultRow& r : rows) {

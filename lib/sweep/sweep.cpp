@@ -24,8 +24,12 @@ namespace fs = std::filesystem;
 
 long line_of(const toml::node& n) { return static_cast<long>(n.source().begin.line); }
 
-// A value as error messages show it: strings in double quotes, as the scenario parser's do.
+// A value as error messages show it: strings in double quotes, as the scenario parser's do. A
+// table or array is abbreviated: written out whole (a scenario's batch of requests) it buries
+// the message in one long line.
 std::string shown(const toml::node& n) {
+  if (const toml::table* t = n.as_table()) return t->empty() ? "{}" : "{ ... }";
+  if (const toml::array* a = n.as_array()) return a->empty() ? "[]" : "[ ... ]";
   return n.is_string() ? fmt::format("\"{}\"", n.as_string()->get()) : toml_value_text(n);
 }
 
@@ -161,6 +165,12 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     throw InputError(InputSite{file, static_cast<long>(e.source().begin.line), {}, {},
                                          "TOML syntax error: " + std::string(e.description())});
   }
+  // A scenario file given to sweep would fail on its first scenario key; say what it is instead.
+  if ((root.get_as<toml::table>("model") || root.contains("batch")) && !root.contains("base") && !root.contains("axes"))
+    throw InputError(InputSite{file, 0, {}, {},
+                               fmt::format("a scenario file, not a sweep (run it with `attn-bench run {}`; a sweep "
+                                           "has [base] and [axes] tables, see docs/SCENARIOS.md, \"Sweep files\")",
+                                           file)});
   check_keys(file, root, "", {"name", "description", "seed", "base", "axes", "run"});
   Sweep sw;
   sw.file = file;
