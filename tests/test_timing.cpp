@@ -98,6 +98,43 @@ TEST(TimingHost, WallClockAroundEachRun) {
   EXPECT_LT(t.plan_us, t.min_us);  // plan() does nothing here
 }
 
+// A CPU row of a real batch takes seconds per call: the budget stops its warm-up after a fifth of
+// it (one call at least) and its samples after all of it (kMinHostSamples at least), where
+// 10 + 50 calls would take minutes.
+TEST(TimingHost, BudgetStopsSlowRowsAfterTheMinimumSamples) {
+  SpinInstance slow(20000.0);  // 20 ms a call
+  TimingOptions opts;
+  opts.warmup = 10;
+  opts.iterations = 50;
+  opts.host_timeout_s = 0.01;  // below one call: one warm-up, the minimum samples
+  Timing t = time_instance(slow, opts);
+  EXPECT_EQ(t.samples, kMinHostSamples);
+  EXPECT_EQ(slow.runs, 1 + kMinHostSamples);
+
+  SpinInstance mid(2000.0);  // 2 ms a call, 50 ms of budget: ~10 warm-up calls' worth, then ~25 samples
+  opts.host_timeout_s = 0.05;
+  t = time_instance(mid, opts);
+  EXPECT_GT(t.samples, kMinHostSamples);
+  EXPECT_LT(t.samples, 50);
+
+  // No budget, or a fast row: every call runs.
+  SpinInstance all(2000.0);
+  opts.warmup = 2;
+  opts.iterations = 6;
+  opts.host_timeout_s = 0;
+  t = time_instance(all, opts);
+  EXPECT_EQ(t.samples, 6);
+  EXPECT_EQ(all.runs, 8);
+  SpinInstance fast(10.0);
+  opts.host_timeout_s = 5.0;
+  t = time_instance(fast, opts);
+  EXPECT_EQ(t.samples, 6);
+  EXPECT_EQ(fast.runs, 8);
+
+  opts.host_timeout_s = -1;
+  EXPECT_THROW(time_instance(fast, opts), InputError);
+}
+
 TEST(TimingHost, RejectsBadOptions) {
   SpinInstance inst(1.0);
   TimingOptions opts;

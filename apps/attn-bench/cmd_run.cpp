@@ -25,6 +25,7 @@ struct RunArgs {
   std::vector<std::string> outputs;
   std::string junit;
   std::optional<int> iterations, warmup;
+  std::optional<double> host_timeout;
   std::optional<int64_t> check_sample;
   bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, quiet = false;
   bool no_read_floor = false;
@@ -58,6 +59,7 @@ int run_verb(const RunArgs& a) {
   }
   opts.iterations = a.iterations;
   opts.warmup = a.warmup;
+  opts.host_timeout_s = a.host_timeout;
   if (a.cold_l2) opts.cold_l2 = true;
   if (a.no_cold_l2) opts.cold_l2 = false;
   if (a.cuda_graph) opts.cuda_graph = true;
@@ -171,6 +173,11 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   run->add_option("-o,--output", ra->outputs, "Results file(s): .csv or .json (written atomically)");
   run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(at_least(1));
   run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(at_least(0));
+  run->add_option("--host-timeout", ra->host_timeout,
+                  "Seconds of samples per host (cpu) row, as nvbench's --timeout: sampling stops after this much "
+                  "time and at least 3 samples, warm-up after a fifth of it (default 5; 0: every iteration runs; "
+                  "GPU rows always run every iteration)")
+      ->check(CLI::Range(0.0, 1e6));
   run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");
   run->add_flag("--no-cold-l2", ra->no_cold_l2, "Keep L2 warm between samples (GPU)")->excludes("--cold-l2");
   run->add_flag("--cuda-graph", ra->cuda_graph,

@@ -288,6 +288,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
   TimingOptions topts;
   topts.warmup = opts.warmup.value_or(s.run.warmup);
   topts.iterations = opts.iterations.value_or(s.run.iterations);
+  topts.host_timeout_s = opts.host_timeout_s.value_or(topts.host_timeout_s);
   topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
   topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
   RunOptions ropts;

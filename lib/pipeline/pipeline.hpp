@@ -16,6 +16,7 @@ namespace attn {
 struct PipelineOptions {
   std::vector<std::string> backends;  // overrides the scenario's [run] backends when non-empty
   std::optional<int> warmup, iterations;
+  std::optional<double> host_timeout_s;  // TimingOptions::host_timeout_s (host rows' time budget)
   std::optional<bool> cold_l2, cuda_graph;
   std::optional<CascadeMode> cascade;
   std::optional<int64_t> check_sample;  // (request, head) pairs checked; 0 = all

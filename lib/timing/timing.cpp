@@ -52,6 +52,10 @@ Timing summarize_samples(std::vector<double> samples_us) {
 }
 
 Timing time_instance(BackendInstance& inst, const TimingOptions& opts) {
+  if (!(opts.host_timeout_s >= 0)) {
+    throw InputError(InputSite{"--host-timeout", 0, "host_timeout_s", std::to_string(opts.host_timeout_s),
+                               "out of range", "seconds >= 0 (0: no budget)"});
+  }
   if (opts.iterations < 1 || opts.warmup < 0) {
     throw InputError(InputSite{"[run]", 0, opts.iterations < 1 ? "iterations" : "warmup",
                                          std::to_string(opts.iterations < 1 ? opts.iterations : opts.warmup),
@@ -74,10 +78,20 @@ Timing time_instance(BackendInstance& inst, const TimingOptions& opts) {
     inst.run();
     inst.synchronize();  // host backends may run on worker threads: the sample ends when they do
   };
-  for (int i = 0; i < opts.warmup; ++i) run_once();
+  const double budget_us = opts.host_timeout_s > 0 ? opts.host_timeout_s * 1e6 : 0.0;
+  double spent_us = 0;
+  for (int i = 0; i < opts.warmup; ++i) {
+    if (budget_us > 0 && i > 0 && spent_us >= budget_us / 5) break;
+    spent_us += wall_us(run_once);
+  }
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(opts.iterations));
-  for (int i = 0; i < opts.iterations; ++i) samples.push_back(wall_us(run_once));
+  spent_us = 0;
+  for (int i = 0; i < opts.iterations; ++i) {
+    if (budget_us > 0 && i >= kMinHostSamples && spent_us >= budget_us) break;
+    samples.push_back(wall_us(run_once));
+    spent_us += samples.back();
+  }
 
   Timing t = summarize_samples(std::move(samples));
   t.plan_us = median_of_sorted(plan_samples);

@@ -14,7 +14,14 @@ struct TimingOptions {
   int iterations = 50;
   bool cold_l2 = true;
   bool cuda_graph = false;
+  // Host (wall-clock) rows only, as nvbench's --timeout: the samples stop once they have taken
+  // this many seconds and number at least kMinHostSamples (or `iterations`, if fewer), and the
+  // warm-up once it has taken a fifth of it (at least one call). A CPU row of a real batch takes
+  // seconds per call: 10 + 50 calls would be minutes. 0: no budget (every call runs). The row's
+  // `samples` says how many ran. Device rows always take every call (they are microseconds).
+  double host_timeout_s = 5.0;
 };
+inline constexpr int kMinHostSamples = 3;
 
 struct Timing {
   int samples = 0;
