@@ -161,6 +161,8 @@ TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
   const std::vector<Case> cases = {
       {quick + " --seed -1", "--seed: -1: not an integer in [0, 2^64)"},
       {quick + " --seed 99999999999999999999", "not an integer in [0, 2^64)"},
+      {quick + " --seed abc", "attn-bench: error: --seed: abc: not an integer"},  // the tool's prefix, one line
+      {"run --model llama3-8b --batch 1x1@16 --backend cpu -q --host-timeout -1", "--host-timeout"},
       {quick + " --check-sample -1", "-1: must be >= 0"},
       {"sweep " + scenario("sweeps/cpu_quick.toml") + " --shard 0/24 -q --check-sample -1 -o " + out, "-1: must be >= 0"},
       {"sweep " + scenario("sweeps/cpu_quick.toml") + " --shard 0/24 -q --warmup -1 -o " + out, "-1: must be >= 0"},

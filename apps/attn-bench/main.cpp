@@ -31,8 +31,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : attn::kExitInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A flag's error reads as every other input error does: one line, the tool's prefix.
+    std::fprintf(stderr, "attn-bench: error: %s (attn-bench %s--help)\n", e.what(),
+                 argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
+    return attn::kExitInput;
   }
   try {
     return cmds.run();
