@@ -70,7 +70,8 @@ TEST_F(CliTest, JsonTablesWriteNumbersAsNumbers) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("backend,available,reason,description,features\n"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\ncpu,yes,,"), std::string::npos) << r.output;  // after the GPU backends of a CUDA build
+  // Booleans as the results files write them; after the GPU backends of a CUDA build.
+  EXPECT_NE(r.output.find("\ncpu,true,,"), std::string::npos) << r.output;
   r = run_cli("list");
   EXPECT_NE(r.output.find(" 192/128 "), std::string::npos) << r.output;
 
@@ -88,6 +89,7 @@ TEST_F(CliTest, DescribeScenarioAndCompactSpec) {
   r = run_cli("describe --model llama3-8b --batch 48x1@2048,2x512@1024 --format csv");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find(",50,"), std::string::npos) << r.output;  // 50 requests
+  EXPECT_NE(r.output.find(",false,"), std::string::npos) << r.output;  // cascade: no (a CSV boolean)
 }
 
 TEST_F(CliTest, BadInputIsExitTwoNamingFileLineKey) {

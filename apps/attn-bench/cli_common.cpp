@@ -197,7 +197,10 @@ std::string Table::render(Format f) const {
     for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + escape_csv_cell(columns[i]);
     out += "\n";
     for (const auto& r : rows) {
-      for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + escape_csv_cell(r[i].text);
+      // Booleans as the results files write them (true/false), for tools that read both.
+      for (size_t i = 0; i < r.size(); ++i)
+        out += (i ? "," : "") + escape_csv_cell(r[i].kind == Cell::Kind::boolean ? (r[i].text == "yes" ? "true" : "false")
+                                                                                  : r[i].text);
       out += "\n";
     }
     return out;

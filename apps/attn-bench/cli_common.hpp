@@ -69,7 +69,7 @@ namespace attn::cli {
 
 // One cell of a Table: its text, and how JSON writes it. Text stays a JSON string; an integer,
 // or a number already formatted (Cell::number), is a JSON number; Cell::yes_no is yes/no in the
-// text formats and true/false in JSON.
+// console table and true/false in CSV and JSON (as the results files write booleans).
 struct Cell {
   enum class Kind { text, number, boolean };
   std::string text;
