@@ -1,6 +1,8 @@
 // `attn-bench report compare BASE.csv NEW.csv --max-slowdown 5%`: the regression gate;
 // `attn-bench report markdown results.csv`: a summary for pull requests and CI job pages;
 // `attn-bench report plot results.csv --out DIR`: the figures of scripts/plot.py.
+#include <sys/wait.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -128,9 +130,14 @@ int run_plot(const PlotArgs& a) {
                     " --out " + sh_quote(a.out);
   if (!a.baseline.empty()) cmd += " --baseline " + sh_quote(a.baseline);
   const int status = std::system(cmd.c_str());
-  if (status != 0)
-    throw RuntimeError(fmt::format("report plot: {} failed (status {}; its message is above)", ATTN_PLOT_SCRIPT,
-                                   status));
+  if (status != 0) {
+    // system() returns a wait status (exit code 1 reads 256): say what the script did.
+    const std::string how = status == -1                ? "could not be started"
+                            : WIFEXITED(status)         ? fmt::format("exited with code {}", WEXITSTATUS(status))
+                            : WIFSIGNALED(status)       ? fmt::format("was killed by signal {}", WTERMSIG(status))
+                                                        : fmt::format("ended with wait status {}", status);
+    throw RuntimeError(fmt::format("report plot: {} {} (its message is above)", ATTN_PLOT_SCRIPT, how));
+  }
   return kExitOk;
 }
 
