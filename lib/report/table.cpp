@@ -30,7 +30,7 @@ constexpr std::array<TableColumn, 14> kTableColumns{{
     {"max_abs_err", true},
     {"rel_l2", true},
     {"x floor", true},
-    {"weakest feature", false},
+    {"weakest feature (budgets)", false},  // how many budgets its typical bug moves the output
     {"median_us", true},
     {"TFLOP/s", true},
     {"GB/s", true},
