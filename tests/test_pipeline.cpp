@@ -52,6 +52,28 @@ class FirstRunOnlyBackend : public Backend {
   std::unique_ptr<Backend> inner_ = make_cpu_backend();
 };
 
+// A backend whose device is missing here (available() says no) and that serves only some
+// batches, or cannot answer supports() without its device.
+class AbsentBackend : public Backend {
+ public:
+  explicit AbsentBackend(bool answers) : answers_(answers) {}
+  std::string name() const override { return answers_ ? "absent_mla_only" : "absent_silent"; }
+  std::string description() const override { return "a device backend on a machine without its device"; }
+  std::vector<std::string> features() const override { return {}; }
+  Support available() const override { return Support::no("no device here"); }
+  Support supports(const AttentionSpec& spec, const Batch&) const override {
+    if (!answers_) throw RuntimeError("supports() needs the device");
+    return spec.use_mla ? Support::yes() : Support::no("serves MLA layers only");
+  }
+  std::unique_ptr<BackendInstance> create(const Batch&, const CommonAttentionMetadata&,
+                                          const RunOptions&) const override {
+    throw RuntimeError("never created: not available");
+  }
+
+ private:
+  bool answers_;
+};
+
 PipelineOptions check_only(const std::string& backend) {
   PipelineOptions o;
   o.backends = {backend};
@@ -78,6 +100,29 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_EQ(r.status, "fail");
   EXPECT_FALSE(r.deterministic);
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
+}
+
+// A backend missing its device still says when it could not serve the batch on any machine
+// (FLASHMLA on a non-MLA layer: "MLA only", not "no GPU"); the device's reason stands where the
+// batch is one it serves, or where supports() cannot answer without the device.
+TEST(PipelineCheck, SkipReasonPrefersWhatHoldsOnEveryMachine) {
+  const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100", 3);
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  registry.push_back(std::make_unique<AbsentBackend>(true));
+  registry.push_back(std::make_unique<AbsentBackend>(false));
+  PipelineResult r = run_scenario(sc, registry, check_only("absent_mla_only"));
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].status, "skipped");
+  EXPECT_EQ(r.rows[0].reason, "serves MLA layers only");
+  r = run_scenario(sc, registry, check_only("absent_silent"));
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].status, "skipped");
+  EXPECT_EQ(r.rows[0].reason, "no device here");
+  const Scenario mla = scenario_from_cli("deepseek-v3-tp8", "2x1@100", 3);
+  r = run_scenario(mla, registry, check_only("absent_mla_only"));
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].reason, "no device here");
 }
 
 // A batch larger than the machine's memory fails before allocating, with what it needs and what

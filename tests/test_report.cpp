@@ -439,6 +439,11 @@ TEST(ReportTable, AlignedColumnsAndDashesForSkipped) {
   EXPECT_NE(lines[2].find(" - "), std::string::npos);
   EXPECT_NE(lines[2].find("xxx..."), std::string::npos);  // long reasons are cut
   EXPECT_EQ(lines[2].find(std::string(100, 'x')), std::string::npos);
+  // A reason of words is cut at a word's end, never in half a word.
+  s.reason = "no NVIDIA GPU or driver on this machine (cudaErrorInsufficientDriver: CUDA driver version is insufficient)";
+  const std::string w = format_table({s});
+  EXPECT_NE(w.find("on this machine..."), std::string::npos) << w;
+  EXPECT_EQ(w.find("cudaErrorI"), std::string::npos) << w;
 }
 
 // ---- atomic writes ------------------------------------------------------------------------

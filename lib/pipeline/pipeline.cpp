@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <new>
 #include <optional>
 #include <fmt/format.h>
@@ -309,7 +310,17 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     std::vector<Support> support;
     for (const Backend* be : backends) {
       Support sup = be->available();
-      if (sup.ok) sup = be->supports(batch.spec, batch);
+      if (sup.ok) {
+        sup = be->supports(batch.spec, batch);
+      } else {
+        // A batch the backend cannot serve on any machine (FLASHMLA on a non-MLA layer) says so
+        // rather than "no GPU here", which would hide it. Asked only for its reason: a backend
+        // whose device is missing may fail to answer, and then the device's reason stands.
+        try {
+          if (Support why = be->supports(batch.spec, batch); !why.ok) sup = std::move(why);
+        } catch (const std::exception&) {
+        }
+      }
       support.push_back(std::move(sup));
     }
     const bool any_runs = std::any_of(support.begin(), support.end(), [](const Support& x) { return x.ok; });

@@ -42,7 +42,10 @@ std::string cut(const std::string& s, size_t n) {
   std::string one_line = s;
   std::replace(one_line.begin(), one_line.end(), '\n', ' ');
   if (one_line.size() <= n) return one_line;
-  return one_line.substr(0, n - 3) + "...";
+  // At a word's end where one is near, so a reason never ends in half a word ("cudaErrorI...").
+  size_t end = one_line.rfind(' ', n - 3);
+  if (end == std::string::npos || end < n / 2) end = n - 3;
+  return one_line.substr(0, end) + "...";
 }
 
 // The declared feature whose bug would move the output least, "soft_cap 6.5" (from the
