@@ -187,16 +187,27 @@ void check_cuda_graph_request(const std::vector<Scenario>& scenarios,
       }
     }
   }
-  std::string why;
+  // Backends that share a reason are named together: on a machine without a GPU every GPU
+  // backend gives the same one, which would otherwise repeat once per backend.
+  std::vector<std::pair<std::string, std::vector<std::string>>> reasons;  // (what, its backends)
   for (const Backend* be : selected) {
-    if (!why.empty()) why += ", ";
-    if (!runs_on_device(*be)) {
-      why += fmt::format("backend {} is timed by wall clock", be->name());
-      continue;
+    std::string what = "timed by wall clock";  // "is" / "are" added below
+    if (runs_on_device(*be)) {
+      const Support here = be->available();
+      if (here.ok) return;
+      what = fmt::format("cannot run here ({})", here.reason);
     }
-    const Support here = be->available();
-    if (here.ok) return;
-    why += fmt::format("backend {} cannot run here ({})", be->name(), here.reason);
+    auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == what; });
+    if (it == reasons.end()) it = reasons.insert(reasons.end(), {what, {}});
+    it->second.push_back(be->name());
+  }
+  std::string why;
+  for (const auto& [what, names] : reasons) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    const bool many = names.size() > 1;
+    const char* verb = what.rfind("timed", 0) == 0 ? (many ? "are " : "is ") : "";
+    why += fmt::format("{}{} {} {}{}", why.empty() ? "" : "; ", many ? "backends" : "backend", list, verb, what);
   }
   throw InputError(fmt::format("--cuda-graph: {}; CUDA graphs apply to GPU backends", why));
 }
