@@ -1,27 +1,35 @@
 #pragma once
-// ATTN_HOST_MEMORY_MB for one scope: the host-memory checks (core/host_memory.hpp) read it
-// instead of /proc/meminfo, so a test can stand in for a small machine. Restores the old value.
+// Environment variables for one scope, restored after: ScopedEnv for any variable (nullopt:
+// unset it), HostMemoryLimit for ATTN_HOST_MEMORY_MB, which the host-memory checks
+// (core/host_memory.hpp) read instead of /proc/meminfo, so a test can stand in for a small machine.
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 namespace attn {
 
-class HostMemoryLimit {
+class ScopedEnv {
  public:
-  explicit HostMemoryLimit(int mb) {
-    if (const char* v = std::getenv("ATTN_HOST_MEMORY_MB")) old_ = v;
-    ::setenv("ATTN_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1);
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
   }
-  ~HostMemoryLimit() {
-    if (old_) ::setenv("ATTN_HOST_MEMORY_MB", old_->c_str(), 1);
-    else ::unsetenv("ATTN_HOST_MEMORY_MB");
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
   }
-  HostMemoryLimit(const HostMemoryLimit&) = delete;
-  HostMemoryLimit& operator=(const HostMemoryLimit&) = delete;
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> old_;
+};
+
+class HostMemoryLimit : public ScopedEnv {
+ public:
+  explicit HostMemoryLimit(int mb) : ScopedEnv("ATTN_HOST_MEMORY_MB", std::to_string(mb)) {}
 };
 
 }  // namespace attn

@@ -1,6 +1,6 @@
 #pragma once
 // Runs the attn-bench executable of this build with `args` (a shell command line), as a user
-// would: its exit code and its stdout and stderr together.
+// would, or any other command (run_command): its exit code and its stdout and stderr together.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -13,8 +13,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args + " 2>&1";
+// Any shell command line: its exit code and its stdout and stderr together.
+inline CliResult run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -24,6 +25,11 @@ inline CliResult run_cli(const std::string& args) {
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// attn-bench of this build, run by `prefix` when given (e.g. "setpriv ... " to run it as another user).
+inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
+  return run_command(prefix + std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args);
 }
 
 }  // namespace attn_test

@@ -2,10 +2,8 @@
 // before anything runs (or is read), naming the flag or file and the value, and leaves no
 // output file, and no input replaced.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -40,27 +38,12 @@ std::string unprivileged(std::string& why) {
     return "";
   }
   const std::string as = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
-  const std::string probe = as + std::string(ATTN_BINARY_DIR) + "/apps/attn-bench describe " +
-                            scenario("quickstart.toml") + " >/dev/null 2>&1";
-  if (std::system(probe.c_str()) != 0) {
+  if (run_cli("describe " + scenario("quickstart.toml"), as).code != 0) {
     why = "user nobody cannot run " + std::string(ATTN_BINARY_DIR) + "/apps/attn-bench on " +
           scenario("quickstart.toml") + " (a checkout in a private folder): permissions cannot be tested";
     return "";
   }
   return as;
-}
-
-CliResult run_unprivileged(const std::string& prefix, const std::string& args) {
-  const std::string cmd = prefix + std::string(ATTN_BINARY_DIR) + "/apps/attn-bench " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
 }
 
 class CliOutputs : public attn_test::TestDir {
@@ -126,7 +109,7 @@ TEST_F(CliOutputs, UnwritableOutputsAreRefusedBeforeRunning) {
   fs::permissions(dir_ / "rodir", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::others_read |
                                       fs::perms::others_exec | fs::perms::group_read | fs::perms::group_exec);
   const std::string a = path("a.csv"), j = path("j.xml"), ro_b = (dir_ / "rodir" / "b.json").string();
-  CliResult r = run_unprivileged(as, kQuick + " -o " + a + " -o " + ro_b + " --junit " + j);
+  CliResult r = run_cli(kQuick + " -o " + a + " -o " + ro_b + " --junit " + j, as);
   expect_refused(r, "rodir is not writable");
   EXPECT_NE(r.output.find(ro_b), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(a));
@@ -135,13 +118,13 @@ TEST_F(CliOutputs, UnwritableOutputsAreRefusedBeforeRunning) {
   const std::string ro = path("ro.csv");
   std::ofstream(ro) << "keep me\n";
   fs::permissions(ro, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
-  r = run_unprivileged(as, kQuick + " -o " + ro);
+  r = run_cli(kQuick + " -o " + ro, as);
   expect_refused(r, "--output " + ro + ": the file exists and is not writable");
   EXPECT_EQ(slurp(ro), "keep me\n");
 
   // report plot: the folder is checked before Python starts (no traceback).
   const std::string base = results("base.csv");
-  r = run_unprivileged(as, "report plot " + base + " --out " + (dir_ / "rodir" / "fig").string());
+  r = run_cli("report plot " + base + " --out " + (dir_ / "rodir" / "fig").string(), as);
   expect_refused(r, "rodir is not writable");
   EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
 }

@@ -32,25 +32,6 @@
 namespace attn {
 namespace {
 
-// An environment variable set for one scope, restored after.
-class EnvVar {
- public:
-  EnvVar(const char* name, const std::string& value) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 template <class E>
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -134,7 +115,7 @@ int hw() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrenc
 
 TEST(InputBounds, ThreadCountIsClampedAndBadValuesFallBack) {
   {
-    const EnvVar v("ATTN_THREADS", "100000");
+    const ScopedEnv v("ATTN_THREADS", "100000");
     testing::internal::CaptureStderr();
     const int n = default_threads();
     const std::string err = testing::internal::GetCapturedStderr();
@@ -146,14 +127,14 @@ TEST(InputBounds, ThreadCountIsClampedAndBadValuesFallBack) {
     EXPECT_EQ(sum.load(), 100000);
   }
   for (const char* bad : {"abc", "-1", "0", "99999999999999999999999", "1e3", "4x"}) {
-    const EnvVar v("ATTN_THREADS", bad);
+    const ScopedEnv v("ATTN_THREADS", bad);
     testing::internal::CaptureStderr();
     EXPECT_EQ(default_threads(), hw()) << bad;
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_HAS(err, std::string("ATTN_THREADS = \"") + bad + "\"");
     EXPECT_EQ(err.find('\n'), err.size() - 1) << err;  // one line
   }
-  const EnvVar v("ATTN_THREADS", "3");
+  const ScopedEnv v("ATTN_THREADS", "3");
   EXPECT_EQ(default_threads(), std::min(3, 4 * hw()));
 }
 
@@ -187,13 +168,15 @@ TEST(InputBoundsDeathTest, ThreadCreationFailureIsAnError) {
 TEST(InputBounds, HostMemoryVariableIsParsedStrictly) {
   std::size_t meminfo = 0;
   {
-    const EnvVar v("ATTN_HOST_MEMORY_MB", "2048");
+    const ScopedEnv v("ATTN_HOST_MEMORY_MB", "2048");
     EXPECT_EQ(available_host_bytes(), std::size_t{2048} << 20);
   }
-  ::unsetenv("ATTN_HOST_MEMORY_MB");
-  meminfo = available_host_bytes();
+  {
+    const ScopedEnv none("ATTN_HOST_MEMORY_MB", std::nullopt);
+    meminfo = available_host_bytes();
+  }
   for (const char* bad : {"1e3", "abc", "-1", "0", "99999999999999999999999", ""}) {
-    const EnvVar v("ATTN_HOST_MEMORY_MB", bad);
+    const ScopedEnv v("ATTN_HOST_MEMORY_MB", bad);
     testing::internal::CaptureStderr();
     const std::size_t got = available_host_bytes();
     const std::string err = testing::internal::GetCapturedStderr();

@@ -3,7 +3,6 @@
 // roofline's legend stays clear of its "device ceilings unknown" note.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -32,16 +31,7 @@ class CliPlotPairs : public attn_test::TestDir {
 
   // `python ARGS` with its stdout and stderr together, as run_cli does for attn-bench.
   static CliResult python(const std::string& args) {
-    const std::string cmd = std::string(ATTN_TEST_PLOT_PYTHON) + " " + args + " 2>&1";
-    CliResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-    const int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return attn_test::run_command(std::string(ATTN_TEST_PLOT_PYTHON) + " " + args);
   }
 
   static std::string plot_py() { return std::string(ATTN_SOURCE_DIR) + "/scripts/plot.py"; }
