@@ -40,27 +40,13 @@ void emit(const std::string& text, const std::string& path) {
   }
 }
 
-// parse_slowdown reads a bare number as a fraction, so "--max-slowdown 5" meant 500 %; a bare
-// "5" is almost always "5 %" typed without its sign. A bare number above 1 (a slowdown of more
-// than 100 %) is refused with the percentage it likely meant; "5%" and "0.05" stand.
-double max_slowdown(const std::string& text) {
-  const double v = parse_slowdown(text, "--max-slowdown");
-  const size_t last = text.find_last_not_of(' ');
-  if (v > 1 && text[last] != '%') {
-    const std::string bare = text.substr(0, last + 1).substr(text.find_first_not_of(' '));
-    throw InputError(fmt::format("--max-slowdown {}: a fraction ({:g}) or a percentage ({}%); did you mean {}%?", bare,
-                                 v / 100, bare, bare));
-  }
-  return v;
-}
-
 int run_compare(const CompareArgs& a) {
   if (!a.output.empty()) {
     check_output_path("--output", a.output);
     check_distinct_paths({{"--output", a.output}}, {{"base", a.base}, {"new", a.next}});
   }
   CompareOptions opts;
-  opts.max_slowdown = max_slowdown(a.max_slowdown);
+  opts.max_slowdown = parse_slowdown(a.max_slowdown, "--max-slowdown");
   opts.noise_aware = !a.ignore_noise;
   opts.base_name = a.base;
   opts.new_name = a.next;

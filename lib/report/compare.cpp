@@ -71,6 +71,13 @@ double parse_slowdown(std::string_view text, const std::string& what) {
     throw InputError(InputSite{"<cli>", 0, what, std::string(text), "not a slowdown threshold",
                                          "a non-negative fraction (0.05) or percentage (5%)"});
   }
+  // A bare number is a fraction, so "5" would be +500 %: almost always "5 %" typed without its
+  // sign. Above 1 (a slowdown of more than 100 %) it is refused with the percentage it likely meant.
+  if (!pct && v > 1) {
+    const std::string bare(s);
+    throw InputError(fmt::format("{} {}: a fraction ({:g}) or a percentage ({}%); did you mean {}%?", what, bare,
+                                 v / 100, bare, bare));
+  }
   return pct ? v / 100.0 : v;
 }
 

@@ -22,7 +22,7 @@ struct CompareOptions {
 };
 
 // "5%" -> 0.05, "0.05" -> 0.05. InputError (naming `what`, e.g. "--max-slowdown") on anything
-// that is not a finite, non-negative number.
+// that is not a finite, non-negative number, and on a bare number above 1 ("5": did you mean 5%?).
 double parse_slowdown(std::string_view text, const std::string& what = "--max-slowdown");
 
 enum class CompareChange {
