@@ -775,8 +775,7 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
     // Checked here, against every backend attn-bench has (compiled into this build or not), so a
     // typo is an error at its line before anything runs; kept in the spelling the results use.
     run.backends.clear();
-    run.backend_lines.clear();
-    run.backend_texts.clear();
+    run.backends_written.clear();
     std::vector<std::string> choices = all_backend_names();
     choices.insert(choices.end(), {"auto", "all"});
     for (const toml::node& e : *a) {
@@ -786,8 +785,7 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
       if (!b) fail(file, r.where("backends", e), "unknown backend", choice_hint(name, choices));
       run.backends.push_back(*b);
       const Where w = r.where("backends", e);
-      run.backend_lines.push_back(w.line != 0 ? w.line : line_of(n->source()));
-      run.backend_texts.push_back(w.value);
+      run.backends_written.push_back({w.line != 0 ? w.line : line_of(n->source()), w.value});
     }
   }
   if (const auto f = r.integer_in("warmup", 0, "must be >= 0")) run.warmup = static_cast<int>(f->value);

@@ -96,8 +96,11 @@ struct RunConfig {
   std::vector<std::string> backends{"auto"};
   // Where each of `backends` was written (its line, and its text as written), for the errors
   // raised when it runs ("not in this build"); empty when the names came from no file.
-  std::vector<long> backend_lines;
-  std::vector<std::string> backend_texts;
+  struct Written {
+    long line = 0;
+    std::string text;
+  };
+  std::vector<Written> backends_written;
   int warmup = 10;
   int iterations = 50;
   bool cold_l2 = true;

@@ -119,7 +119,7 @@ void check_file_backends_built(const Scenario& s, const std::vector<std::unique_
                                const PipelineOptions& opts) {
   if (!opts.backends.empty()) return;
   const RunConfig& run = s.run;
-  const bool sited = run.backend_lines.size() == run.backends.size() && run.backend_texts.size() == run.backends.size();
+  const bool sited = run.backends_written.size() == run.backends.size();
   for (size_t i = 0; i < run.backends.size(); ++i) {
     const std::string& name = run.backends[i];
     if (name == "all" || name == "auto") continue;
@@ -129,8 +129,8 @@ void check_file_backends_built(const Scenario& s, const std::vector<std::unique_
     if (!canonical) continue;  // named_backend says "unknown backend"
     std::string built;
     for (const auto& be : registry) built += (built.empty() ? "" : ", ") + be->name();
-    throw InputError(InputSite{s.file, sited ? run.backend_lines[i] : 0, "run.backends",
-                               sited ? run.backend_texts[i] : '"' + *canonical + '"', "not in this build",
+    throw InputError(InputSite{s.file, sited ? run.backends_written[i].line : 0, "run.backends",
+                               sited ? run.backends_written[i].text : '"' + *canonical + '"', "not in this build",
                                "it has " + built + "; the CUDA backends need a build with ATTN_CUDA=ON"});
   }
 }
