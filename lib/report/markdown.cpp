@@ -49,10 +49,6 @@ std::optional<std::string> skipped_everywhere(const std::vector<ResultRow>& rows
 
 }  // namespace
 
-std::string figure_text(double v, int decimals) {
-  return std::abs(v) >= 10 ? fmt::format("{:.{}f}", v, decimals) : fmt::format("{:.3g}", v);
-}
-
 std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
                            const std::vector<bool>& right) {
   std::string out = "|";

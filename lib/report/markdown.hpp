@@ -6,6 +6,7 @@
 
 #include "report/compare.hpp"
 #include "report/results.hpp"
+#include "report/text.hpp"  // figure_text
 
 namespace attn {
 
@@ -13,11 +14,6 @@ namespace attn {
 // (`|` and line breaks), so any reason text is safe.
 std::string markdown_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows,
                            const std::vector<bool>& right);
-
-// A measured figure for reading: `decimals` places at 10 and above (571.1 TFLOP/s, 4285 GB/s),
-// 3 significant digits below, so a CPU row's 0.00905 TFLOP/s or 2.26 GB/s does not round to 0.
-// The console table (table.cpp) rounds TFLOP/s and GB/s by this same rule.
-std::string figure_text(double v, int decimals);
 
 // Pass/fail counts, one compact table per backend, then the `top` slowest and least accurate
 // (err_over_floor where measured, else rel_l2) checked rows. A backend skipped on every row for

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "report/results.hpp"
+#include "report/text.hpp"
 
 namespace attn {
 
@@ -86,14 +87,18 @@ std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
       ran && r.floor_rel_l2 > 0 ? fmt::format("{:.2f}", r.err_over_floor) : "-",
       ran ? weakest_feature(r.sensitivity) : "-",
       timed ? fmt::format("{:.2f}", r.median_time_us) : "-",
-      timed ? fmt::format(fmt::runtime(r.tflops >= 10 ? "{:.1f}" : "{:.3g}"), r.tflops) : "-",
-      timed ? fmt::format(fmt::runtime(r.tb_per_sec >= 0.01 ? "{:.0f}" : "{:.3g}"), r.tb_per_sec * 1000.0) : "-",
+      timed ? figure_text(r.tflops, 1) : "-",
+      timed ? figure_text(r.tb_per_sec * 1000.0, 0) : "-",
       timed && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-",
       cut(r.reason, kMaxReason),
   };
 }
 
 }  // namespace
+
+std::string figure_text(double v, int decimals) {
+  return std::abs(v) >= 10 ? fmt::format("{:.{}f}", v, decimals) : fmt::format("{:.3g}", v);
+}
 
 std::string format_table(const std::vector<ResultRow>& rows) {
   std::vector<std::array<std::string, kTableColumns.size()>> cells;

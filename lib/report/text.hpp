@@ -1,5 +1,5 @@
 #pragma once
-// Text escaping shared by the results writers and the CLI's own tables.
+// Text shared by the results writers, the console table and the markdown summary.
 #include <string>
 #include <string_view>
 
@@ -10,5 +10,8 @@ namespace attn {
 std::string escape_csv_cell(std::string_view s);
 // Appends s as a JSON string literal (quotes included).
 void append_json_string(std::string& out, std::string_view s);
+// A measured figure for reading: `decimals` places at 10 and above (571.1 TFLOP/s, 4285 GB/s),
+// 3 significant digits below, so a CPU row's 0.00905 TFLOP/s or 2.26 GB/s does not round to 0.
+std::string figure_text(double v, int decimals);
 
 }  // namespace attn
