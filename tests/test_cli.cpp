@@ -64,14 +64,25 @@ TEST_F(CliTest, JsonTablesWriteNumbersAsNumbers) {
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\nin " << r.output;
   EXPECT_FALSE(std::regex_search(r.output, quoted_number)) << r.output;
   // CSV has the same columns; the console table keeps one head_size ("192/128" for MLA).
-  r = run_cli("list --format csv");
-  EXPECT_NE(r.output.find("preset,q_heads,kv_heads,head_size_qk,head_size_v,dtype,block,features,source\n"
-                          "llama3-8b,32,8,128,128,bf16,16,"),
-            std::string::npos)
+  // A CSV file is one table, named on the command line (it used to print both, one after the other).
+  r = run_cli("list presets --format csv");
+  EXPECT_EQ(r.output.rfind("preset,q_heads,kv_heads,head_size_qk,head_size_v,dtype,block,features,source\n"
+                           "llama3-8b,32,8,128,128,bf16,16,",
+                           0),
+            0u)
       << r.output;
-  EXPECT_NE(r.output.find("backend,available,reason,description,features\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("backend,"), std::string::npos) << r.output;
+  r = run_cli("list backends --format csv");
+  EXPECT_EQ(r.output.rfind("backend,available,reason,description,features\n", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find("preset,"), std::string::npos) << r.output;
   // Booleans as the results files write them; after the GPU backends of a CUDA build.
   EXPECT_NE(r.output.find("\ncpu,true,,"), std::string::npos) << r.output;
+  r = run_cli("list --format csv");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a CSV file holds one table; name it"), std::string::npos) << r.output;
+  r = run_cli("list presets --format json");
+  EXPECT_EQ(r.output.find("\"backends\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"presets\""), std::string::npos) << r.output;
   r = run_cli("list");
   EXPECT_NE(r.output.find(" 192/128 "), std::string::npos) << r.output;
 

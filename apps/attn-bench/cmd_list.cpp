@@ -5,6 +5,7 @@
 #include "backends/backend.hpp"
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "core/error.hpp"
 #include "pipeline/pipeline.hpp"
 #include "report/text.hpp"
 
@@ -36,7 +37,14 @@ void join_columns(Table& t, size_t i, std::string name, Join join) {
   }
 }
 
-int run_list(Format fmt_) {
+// What `list` prints: every table, or the one named (a CSV file holds one table, so CSV names it).
+enum class ListWhat { all, presets, backends };
+
+int run_list(Format fmt_, ListWhat what) {
+  if (fmt_ == Format::csv && what == ListWhat::all)
+    throw InputError("list --format csv: a CSV file holds one table; name it: `attn-bench list presets --format csv` "
+                     "or `attn-bench list backends --format csv`");
+  const bool show_presets = what != ListWhat::backends, show_backends = what != ListWhat::presets;
   // One typed column per fact, so that in JSON a head size is always a number and `available`
   // always a boolean; the console table joins some of them below.
   Table presets{{"preset", "q_heads", "kv_heads", "head_size_qk", "head_size_v", "dtype", "block", "features", "source"}, {}};
@@ -62,20 +70,24 @@ int run_list(Format fmt_) {
     });
     backends.columns.pop_back();
     for (auto& row : backends.rows) row.pop_back();
-    fmt::print("{}\n\nModel presets\n{}\nBackends (selector order: `auto` takes the first available one that "
-               "supports the batch)\n{}",
-               build_info(), presets.render(fmt_), backends.render(fmt_));
+    fmt::print("{}\n", build_info());
+    if (show_presets) fmt::print("\nModel presets\n{}", presets.render(fmt_));
+    if (!show_backends) return 0;
+    fmt::print("\nBackends (selector order: `auto` takes the first available one that supports the batch)\n{}",
+               backends.render(fmt_));
     for (const auto& be : registry) {
       fmt::print("\n{}: {}\n", be->name(), be->description());
       for (const std::string& line : be->features()) fmt::print("  - {}\n", line);
     }
   } else if (fmt_ == Format::csv) {
-    fmt::print("{}\n{}", presets.render(fmt_), backends.render(fmt_));
+    fmt::print("{}", (show_presets ? presets : backends).render(fmt_));
   } else {
     std::string build;
     append_json_string(build, build_info());
-    fmt::print("{{\"build\": {},\n\"presets\": {},\n\"backends\": {}}}\n", build, presets.render(fmt_),
-               backends.render(fmt_));
+    fmt::print("{{\"build\": {}", build);
+    if (show_presets) fmt::print(",\n\"presets\": {}", presets.render(fmt_));
+    if (show_backends) fmt::print(",\n\"backends\": {}", backends.render(fmt_));
+    fmt::print("}}\n");
   }
   return 0;
 }
@@ -85,8 +97,14 @@ int run_list(Format fmt_) {
 void add_list(CLI::App& app, Commands& c) {
   auto* cmd = app.add_subcommand("list", "Model presets, backends and their features, build info");
   auto f = std::make_shared<Format>(Format::table);
+  auto what = std::make_shared<std::string>("all");
+  cmd->add_option("what", *what, "which table: presets, backends or all (default; CSV takes one table)")
+      ->check(CLI::IsMember({"all", "presets", "backends"}));
   add_format_option(*cmd, *f);
-  cmd->callback([&c, f] { c.selected = [f] { return run_list(*f); }; });
+  cmd->callback([&c, f, what] {
+    const ListWhat w = *what == "presets" ? ListWhat::presets : *what == "backends" ? ListWhat::backends : ListWhat::all;
+    c.selected = [f, w] { return run_list(*f, w); };
+  });
 }
 
 }  // namespace attn::cli
