@@ -88,7 +88,7 @@ TEST_F(CliTest, JsonTablesWriteNumbersAsNumbers) {
 
   r = run_cli("describe --model llama3-8b --batch 48x1@2048,2x512@1024 --format json");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find(R"("requests": 50, "tokens": 1072, )"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(R"("num_reqs": 50, "num_tokens": 1072, )"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(R"("cascade": false, )"), std::string::npos) << r.output;
   EXPECT_FALSE(std::regex_search(r.output, quoted_number)) << r.output;
 }

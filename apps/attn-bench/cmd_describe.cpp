@@ -38,9 +38,11 @@ std::string human(double v, const char* unit) {
 }
 
 int run_describe(const ScenarioArgs& args, Format f) {
-  Table t{{"batch", "requests", "tokens", "decodes", "prefills", "decode_tokens", "prefill_tokens", "max_query_len",
-           "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "host_bytes", "kv_tokens_read", "flops", "bytes",
-           "common_prefix_len", "cascade", "cascade_reason", "spec"},
+  // The counts carry the results files' column names (docs/RESULTS.md), so that a describe table
+  // joins a results file on them.
+  Table t{{"batch", "num_reqs", "num_tokens", "num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens",
+           "max_query_len", "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "host_bytes", "kv_tokens",
+           "flops", "bytes", "shared_prefix_len", "common_prefix_len", "cascade", "cascade_reason", "spec"},
           {}};
   for (const Scenario& s : args.load()) {
     for (const BatchShape& shape : expand_shapes(s)) {
@@ -50,7 +52,8 @@ int run_describe(const ScenarioArgs& args, Format f) {
         fmt::print("{} ({})\n", m.label, s.file);
         if (!s.description.empty()) fmt::print("  {}\n", s.description);
         fmt::print("  spec        {}\n", spec_line(b.spec));
-        fmt::print("  requests    {}  ({} decodes, {} prefills{})\n", m.num_reqs, m.num_decodes, m.num_prefills,
+        fmt::print("  requests    {}  ({} decode{}, {} prefill{}{})\n", m.num_reqs, m.num_decodes,
+                   m.num_decodes == 1 ? "" : "s", m.num_prefills, m.num_prefills == 1 ? "" : "s",
                    m.reordered ? "; decodes would be reordered to the front" : "");
         fmt::print("  tokens      {}  ({} decode, {} prefill; max query {}, max seq {})\n", m.num_tokens,
                    m.num_decode_tokens, m.num_prefill_tokens, m.max_query_len, m.max_seq_len);
@@ -69,7 +72,7 @@ int run_describe(const ScenarioArgs& args, Format f) {
                         Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)),
                         Cell::number(fmt::format("{:.0f}", m.host_bytes)), m.kv_tokens_read,
                         Cell::number(fmt::format("{:.0f}", m.flops)), Cell::number(fmt::format("{:.0f}", m.bytes)),
-                        m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, spec_line(b.spec)});
+                        b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, spec_line(b.spec)});
     }
   }
   if (f != Format::table) fmt::print("{}", t.render(f));
