@@ -1,7 +1,10 @@
 // Request traces: CSV loading and its errors, the scheduler model's invariants, trace_shapes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -213,6 +216,127 @@ TEST(Trace, SyntheticSchedulesKeepTheInvariants) {
   }
 }
 
+TEST(Trace, AdvanceClockMatchesRepeatedAddition) {
+  // Bit for bit, across binade boundaries, from zero, and where step_s / ulp is a tie
+  // (2^-6 at 2^47 s: half an ulp, so the clock sticks on an even multiple).
+  std::mt19937 rng(5);
+  const double steps_s[] = {0.015, 0.01, 0.0373, 0.015625, 3.0 / 1024, 1.5 * 0x1p-52, 0x1p-6, 1e-3, 7.0};
+  const double clocks[] = {0.0, 1e-300, 0.0078, 0.99999, 1.0, 3.9999999, 1234.5678, 3501.721937, 0x1p47 - 0x1p-4,
+                           0x1p47 + 0x1p-5, 1e15};
+  std::uniform_int_distribution<long> small_k(0, 70), big_k(0, 200000);
+  std::uniform_real_distribution<double> random_clock(0.0, 4000.0);
+  int cases = 0;
+  for (double step_s : steps_s)
+    for (int c = 0; c < 16; ++c) {
+      const double start = c < 11 ? clocks[c] : random_clock(rng);
+      const long k = c % 2 ? small_k(rng) : big_k(rng);
+      double want = start;
+      for (long i = 0; i < k; ++i) want += step_s;
+      const double got = advance_clock(start, step_s, k);
+      ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+          << std::hexfloat << "clock " << start << " step " << step_s << " k " << k << ": " << got << " != " << want;
+      ++cases;
+    }
+  EXPECT_EQ(cases, 9 * 16);
+}
+
+// The step `target` of a plain replay (every step passed to on_step, filtered here), or none when
+// the trace drains first; steps: the steps made.
+struct PickedStep {
+  std::optional<ScheduledStep> step;
+  long steps = 0;
+};
+PickedStep naive_step(const std::vector<TraceRequest>& t, const SchedulerConfig& cfg, long target, long max_steps = 0) {
+  PickedStep p;
+  long seen = 0;
+  p.steps = replay_trace(t, cfg, [&](const ScheduledStep& st) {
+    seen = st.step + 1;
+    if (st.step < target) return true;
+    p.step = st;
+    return false;
+  }, max_steps);
+  EXPECT_EQ(p.steps, seen);
+  return p;
+}
+// The same step with report_from = target: the steps before it are fast-forwarded.
+PickedStep fast_step(const std::vector<TraceRequest>& t, const SchedulerConfig& cfg, long target, long max_steps = 0) {
+  PickedStep p;
+  int calls = 0;
+  p.steps = replay_trace(t, cfg, [&](const ScheduledStep& st) {
+    ++calls;
+    p.step = st;
+    return false;
+  }, max_steps, target);
+  EXPECT_LE(calls, 1);
+  return p;
+}
+
+void expect_same_step(const PickedStep& fast, const PickedStep& naive) {
+  EXPECT_EQ(fast.steps, naive.steps);
+  ASSERT_EQ(fast.step.has_value(), naive.step.has_value());
+  if (!naive.step) return;
+  const ScheduledStep &a = *fast.step, &b = *naive.step;
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.clock_s, b.clock_s) << std::hexfloat << a.clock_s << " vs " << b.clock_s;  // exactly
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_EQ(a.requests[i].context_len, b.requests[i].context_len) << "request " << i;
+    EXPECT_EQ(a.requests[i].query_len, b.requests[i].query_len) << "request " << i;
+  }
+  EXPECT_EQ(a.trace_rows, b.trace_rows);
+}
+
+TEST(Trace, FastForwardPicksTheSameStepAsAPlainReplay) {
+  std::mt19937 rng(2024);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 120; ++trial) {
+    SchedulerConfig cfg;
+    const int budgets[] = {1, 2, 3, 7, 16, 64, 512, 8192};
+    cfg.max_num_batched_tokens = budgets[pick(0, 7)];
+    cfg.max_num_seqs = pick(0, 2) == 0 ? 2147483647 : pick(1, 6);
+    cfg.step_ms = std::array<double, 4>{15.0, 10.0, 0.37, 125.0}[pick(0, 3)];
+    // Prompts from a few tokens to far past the budget; outputs from none to long decodes;
+    // arrivals in bursts (equal timestamps) or spread over many steps. With 125 ms steps (exact
+    // in binary) arrivals sit on the step grid, so some land exactly on a step's clock.
+    const int rows = pick(1, 24);
+    const double mean_gap = std::array<double, 4>{0.0, 0.004, 0.3, 4.0}[trial % 4];
+    std::exponential_distribution<double> gap(mean_gap > 0 ? 1.0 / mean_gap : 1.0);
+    std::vector<TraceRequest> t;
+    double clock = 0;
+    for (int i = 0; i < rows; ++i) {
+      const int kind = pick(0, 9);
+      const int prompt = kind < 5 ? pick(1, 40) : kind < 8 ? pick(1, 3000) : pick(1, 60000);
+      const int out = pick(0, 3) == 0 ? pick(0, 2) : pick(0, 3) == 0 ? pick(0, 3000) : pick(0, 300);
+      t.push_back({cfg.step_ms == 125.0 ? std::round(clock * 8) / 8 : clock, prompt, out});
+      if (mean_gap > 0 && pick(0, 4) != 0) clock += gap(rng);  // some rows share a timestamp
+    }
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " rows " << rows << " budget " << cfg.max_num_batched_tokens
+                                    << " seqs " << cfg.max_num_seqs << " step_ms " << cfg.step_ms);
+
+    const long total = replay_trace(t, cfg, [](const ScheduledStep&) { return true; });
+    ASSERT_GT(total, 0);
+    std::vector<long> targets = {0, 1, total - 1, total, total + 7};
+    for (int i = 0; i < 4; ++i) targets.push_back(std::uniform_int_distribution<long>(0, total - 1)(rng));
+    for (long target : targets) {
+      SCOPED_TRACE(testing::Message() << "step " << target << " of " << total);
+      expect_same_step(fast_step(t, cfg, target), naive_step(t, cfg, target));
+      // max_steps still stops the replay, fast-forwarded or not.
+      const long cap = std::uniform_int_distribution<long>(1, total + 2)(rng);
+      expect_same_step(fast_step(t, cfg, target, cap), naive_step(t, cfg, target, cap));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(Trace, FastForwardOnTheShippedTrace) {
+  const auto t = load_trace_csv(kShippedTrace);
+  const SchedulerConfig cfg{2048, 128, 15.0};  // scenarios/trace_azure_conv.toml
+  for (long target : {0L, 1L, 2570L, 9999L}) {
+    SCOPED_TRACE(target);
+    expect_same_step(fast_step(t, cfg, target), naive_step(t, cfg, target));
+  }
+}
+
 TEST(Trace, ShippedTraceReplaysFastAndKeepsTheInvariants) {
   const auto t = load_trace_csv(kShippedTrace);
   const SchedulerConfig cfg{8192, 256, 15.0};
@@ -296,6 +420,62 @@ Scenario trace_file_scenario(const TempDir& dir, const std::string& csv, const s
   dir.write("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + csv);
   return parse_scenario("[model]\npreset = \"llama3-8b\"\n[batch.trace]\nfile = \"t.csv\"\n" + keys, "tr.toml",
                         dir.path.string());
+}
+
+TEST(Trace, LateStepsOfHugeRequestsAreFastForwarded) {
+  // Not a timing assertion: made one by one, the steps these replays pass are some 7e10 (about
+  // 15 minutes at ~14 ns a step), past ctest's 600 s per-test timeout, so the suite fails if the
+  // fast-forward breaks. With it the test takes milliseconds.
+  TempDir dir;
+  // 16 requests of 2e9 outputs, one at a time (max_num_seqs 1): 3.2e10 steps. The later rows
+  // arrive during the first one's decodes and wait for the slot.
+  std::string csv;
+  for (int i = 0; i < 16; ++i) csv += std::to_string(i) + ",10,2000000000\n";
+  Scenario s = trace_file_scenario(dir, csv, "max_num_batched_tokens = 8192\nmax_num_seqs = 1\nstep = 31999999999\n");
+  std::vector<BatchShape> shapes = expand_shapes(s);
+  ASSERT_EQ(shapes.size(), 1u);
+  ASSERT_EQ(shapes[0].requests.size(), 1u);
+  EXPECT_EQ(shapes[0].requests[0].context_len, 10 + 1999999999 - 1);  // prompt + generated - 1
+  EXPECT_EQ(shapes[0].requests[0].query_len, 1);
+  s.batch.trace.step = 32000000000;
+  try {
+    expand_shapes(s);
+    FAIL() << "no error for a step past the end";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the trace drains after 32000000000 steps"), std::string::npos) << e.what();
+  }
+
+  // Two side by side: the second arrives 1000 s in, and its admission ends a quiet stretch at the
+  // first step whose clock (additions of 0.015, one by one) reaches 1000.
+  const std::vector<TraceRequest> two = {{0.0, 10, 2000000000}, {1000.0, 5, 3}};
+  const SchedulerConfig two_cfg{8192, 2, 15.0};
+  long joins = 0;
+  for (double clock = 0; clock < 1000.0; clock += 0.015) ++joins;
+  const PickedStep before = fast_step(two, two_cfg, joins - 1), at = fast_step(two, two_cfg, joins);
+  ASSERT_TRUE(before.step.has_value());
+  ASSERT_TRUE(at.step.has_value());
+  EXPECT_EQ(before.step->trace_rows, std::vector<int>{0});
+  EXPECT_EQ(at.step->trace_rows, (std::vector<int>{0, 1}));
+  EXPECT_EQ(at.step->requests[1].query_len, 5);
+  const PickedStep last_decode = fast_step(two, two_cfg, 1999999999);
+  ASSERT_TRUE(last_decode.step.has_value());
+  EXPECT_EQ(last_decode.step->trace_rows, std::vector<int>{0});
+  EXPECT_EQ(last_decode.step->requests[0].context_len, 10 + 1999999999 - 1);
+  EXPECT_EQ(last_decode.step->clock_s, 30000000.761927065);  // 1999999999 additions of 0.015, one by one
+
+  // A 2^31 - 1 token prompt in 16-token chunks: 134217728 steps, the last one 15 tokens.
+  const std::vector<TraceRequest> huge = {{0.0, 2147483647, 1}};
+  const SchedulerConfig cfg{16, 8, 15.0};
+  const PickedStep last = fast_step(huge, cfg, 134217727);
+  ASSERT_TRUE(last.step.has_value());
+  ASSERT_EQ(last.step->requests.size(), 1u);
+  EXPECT_EQ(last.step->requests[0].context_len, 2147483632);
+  EXPECT_EQ(last.step->requests[0].query_len, 15);
+  // 134217727 additions of 0.015 one by one (checked once with a plain loop; 0.006 below the product).
+  EXPECT_EQ(last.step->clock_s, 2013265.8992612602);
+  const PickedStep past = fast_step(huge, cfg, 134217728);
+  EXPECT_FALSE(past.step.has_value());
+  EXPECT_EQ(past.steps, 134217728);
 }
 
 TEST(Trace, HugeMaxNumSeqsReplaysWithoutReservingThatMany) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <limits>
@@ -152,6 +153,44 @@ std::vector<TraceRequest> load_trace_csv(const std::string& path) {
   return out;
 }
 
+// ---- clock fast-forward ------------------------------------------------------------------------
+//
+// Inside one binade [2^(e-1), 2^e) the doubles are the multiples of u = 2^(e-53), so clock +
+// step_s rounds to clock + D*u with D = round(step_s / u) whatever clock is, while the exact sum
+// stays below 2^e. A tie (step_s / u ending in .5) rounds to the even multiple instead; once clock
+// is an even multiple, D is even too and stays put. So each binade takes O(1) steps; the first
+// addition that leaves it is made as is.
+double advance_clock(double clock, double step_s, long k) {
+  while (k > 0) {
+    const double next = clock + step_s;
+    if (!std::isfinite(next) || next == clock) return next;  // stuck at inf, or step_s below half an ulp
+    double top, u;  // clock's binade ends at top; u spaces its doubles
+    if (clock >= std::numeric_limits<double>::min()) {
+      int e = 0;
+      std::frexp(clock, &e);
+      top = std::ldexp(1.0, e);
+      u = std::ldexp(1.0, e - 53);
+    } else {  // zero or subnormal: multiples of the smallest subnormal below the smallest normal
+      top = std::numeric_limits<double>::min();
+      u = std::numeric_limits<double>::denorm_min();
+    }
+    const int64_t C = static_cast<int64_t>(clock / u);  // exact: clock is a multiple of u below 2^53 u
+    const double S = step_s / u, floor_S = std::floor(S);
+    if (!(next < top) || (S - floor_S == 0.5 && C % 2 != 0)) {  // leaves the binade, or a tie from odd
+      clock = next;
+      --k;
+      continue;
+    }
+    const int64_t D = static_cast<int64_t>((next - clock) / u);  // >= 1; exact (both in the binade)
+    // Addition j (from 0) stays in the binade while C + j*D + S < top/u, i.e. j*D <= room.
+    const int64_t room = static_cast<int64_t>(top / u) - C - static_cast<int64_t>(floor_S) - 1;
+    const int64_t t = std::min<int64_t>(k, room / D + 1);
+    clock = static_cast<double>(C + t * D) * u;
+    k -= t;
+  }
+  return clock;
+}
+
 // ---- scheduler model ---------------------------------------------------------------------------
 //
 // Per step, in the order vLLM v1's scheduler fills its token budget:
@@ -167,8 +206,16 @@ std::vector<TraceRequest> load_trace_csv(const std::string& path) {
 // The clock starts at the first arrival and advances step_ms per step; a request joins the
 // waiting queue once clock >= its arrival. When nothing runs or waits, the clock jumps to the
 // next arrival, and such idle time is not a step.
-void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig& cfg,
-                  const std::function<bool(const ScheduledStep&)>& on_step, long max_steps) {
+//
+// Fast-forward (steps below report_from only): a step that admits nobody repeats with the same
+// chunks for k steps while no running request finishes or completes its prompt and no admission
+// becomes possible. Then the k steps are applied at once: decodes gain k tokens, a budget-limited
+// prefill k chunks, and the clock k additions of step_s (advance_clock, bit-identical). Arrivals in
+// the stretch while admission is blocked (budget spent or max_num_seqs running) just queue, and the
+// next loop top queues them in the same FCFS order; when admission is open, the stretch ends
+// before the step whose clock reaches the next arrival.
+long replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig& cfg,
+                  const std::function<bool(const ScheduledStep&)>& on_step, long max_steps, long report_from) {
   struct Running {
     int row;
     int computed;   // tokens in the cache
@@ -194,10 +241,49 @@ void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig&
   double clock = n ? trace[0].arrival_s : 0;
   long step = 0;
 
+  // How many steps, from this one (step < report_from, nobody admitted), repeat it exactly:
+  // 1 unless a stretch of k > 1 steps, within report_from and max_steps, has no running request
+  // finish or complete its prompt and no admission. budget: what this step left unscheduled.
+  auto quiet_steps = [&](long budget) {
+    long k = report_from - step;
+    if (max_steps > 0) k = std::min(k, max_steps - step);
+    for (size_t i = 0; i < running.size() && k > 1; ++i) {
+      if (chunk_of[i] == 0) continue;  // starved by the budget: unchanged while the others are
+      const Running& r = running[i];
+      const TraceRequest& tr = trace[r.row];
+      if (r.computed >= tr.prompt_tokens)  // a decode finishes once generated reaches max(1, output_tokens)
+        k = std::min<long>(k, std::max(1, tr.output_tokens) - 1L - r.generated);
+      else  // a budget-limited chunk of c tokens repeats, the prompt staying partial, while left > k*c
+        k = std::min<long>(k, (tr.prompt_tokens - r.computed - 1L) / chunk_of[i]);
+    }
+    // With budget left and a free slot the waiting queue is empty (else this step would have
+    // admitted): stop before the first step whose clock reaches the next arrival.
+    if (k > 1 && budget > 0 && static_cast<int>(running.size()) < cfg.max_num_seqs && next_arrival < n) {
+      // The most steps j < k after which the clock is still < arrival: gallop up from 1 (stretches
+      // between dense arrivals are short), then bisect.
+      const double arrival = trace[next_arrival].arrival_s;
+      long lo = 0, hi = 1;  // the clock after lo steps is < arrival
+      while (hi < k && advance_clock(clock, step_s, hi) < arrival) {
+        lo = hi;
+        hi *= 2;
+      }
+      hi = std::min(hi - 1, k - 1);
+      while (lo < hi) {
+        const long mid = lo + (hi - lo + 1) / 2;
+        if (advance_clock(clock, step_s, mid) < arrival)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      k = lo + 1;
+    }
+    return k;
+  };
+
   while (true) {
-    if (max_steps > 0 && step >= max_steps) return;
+    if (max_steps > 0 && step >= max_steps) return step;
     if (running.empty() && waiting.empty()) {
-      if (next_arrival == n) return;  // drained
+      if (next_arrival == n) return step;  // drained
       clock = std::max(clock, trace[next_arrival].arrival_s);
     }
     while (next_arrival < n && trace[next_arrival].arrival_s <= clock) waiting.push_back(static_cast<int>(next_arrival++));
@@ -230,6 +316,7 @@ void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig&
       st.trace_rows.push_back(r.row);
     }
     // 3. Admissions.
+    const size_t admitted_from = running.size();
     while (!waiting.empty() && budget > 0 && static_cast<int>(running.size()) < cfg.max_num_seqs) {
       const int row = waiting.front();
       waiting.pop_front();
@@ -242,7 +329,26 @@ void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig&
     }
 
     if (!st.requests.empty()) {
-      if (!on_step(st)) return;
+      if (step >= report_from) {
+        if (!on_step(st)) return step + 1;
+      } else if (running.size() == admitted_from) {  // nobody admitted: maybe a quiet stretch
+        const long k = quiet_steps(budget);
+        if (k > 1) {
+          for (size_t i = 0; i < running.size(); ++i) {
+            Running& r = running[i];
+            if (chunk_of[i] == 0) continue;
+            if (r.computed >= trace[r.row].prompt_tokens) {
+              r.computed += static_cast<int>(k);
+              r.generated += static_cast<int>(k);
+            } else {
+              r.computed += static_cast<int>(k * chunk_of[i]);
+            }
+          }
+          step += k;
+          clock = advance_clock(clock, step_s, k);
+          continue;
+        }
+      }
       ++step;
     }
 
@@ -316,13 +422,11 @@ std::vector<BatchShape> trace_shapes(const Scenario& s) {
     return shapes;
   }
   if (tc.step < 0) throw key_error("batch.trace.step", std::to_string(tc.step), "must be >= 0", "");
-  long steps = 0;
-  replay_trace(trace, cfg, [&](const ScheduledStep& st) {
-    steps = st.step + 1;
-    if (st.step < tc.step) return true;
+  // Only step tc.step is reported: replay_trace fast-forwards through the steps before it.
+  const long steps = replay_trace(trace, cfg, [&](const ScheduledStep& st) {
     shapes.push_back(shape_of(st));
     return false;
-  });
+  }, 0, tc.step);
   if (shapes.empty())
     throw key_error("batch.trace.step", std::to_string(tc.step),
                     "the trace drains after " + std::to_string(steps) + " steps",

@@ -38,9 +38,19 @@ struct ScheduledStep {
 // FCFS admission; each step first gives every running decode one token, then fills the rest
 // of the token budget with prefill chunks (continuing partial prefills before admitting new
 // requests); a request finishes after output_tokens decode steps. Calls on_step for every
-// non-empty step until the trace drains, max_steps steps were made, or on_step returns false.
-void replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig& cfg,
-                  const std::function<bool(const ScheduledStep&)>& on_step, long max_steps = 0);
+// non-empty step numbered report_from or later until the trace drains, max_steps steps were
+// made, or on_step returns false, and returns the number of steps made (counting the one whose
+// on_step returned false). Steps below report_from are fast-forwarded where nothing finishes or
+// is admitted for a stretch, so a late step of a trace with huge prompts or outputs is quick;
+// the steps reported are exactly those of a step-by-step replay.
+long replay_trace(const std::vector<TraceRequest>& trace, const SchedulerConfig& cfg,
+                  const std::function<bool(const ScheduledStep&)>& on_step, long max_steps = 0,
+                  long report_from = 0);
+
+// clock with step_s added k times, one addition after another (each rounded), bit-identical to
+// that loop but in time proportional to the binades crossed rather than to k. The replay's
+// clock decides which arrivals a step sees, so a fast-forward must not round differently.
+double advance_clock(double clock, double step_s, long k);
 
 // The batch shapes a trace scenario asks for (one step, or every step).
 std::vector<BatchShape> trace_shapes(const Scenario& s);
