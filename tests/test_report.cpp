@@ -781,7 +781,7 @@ TEST(ReportMarkdown, HeaderNamesOnlyTheBuildAndDeviceThatAreKnown) {
     return md.substr(at, md.find('\n', at) - at);
   };
   // A CPU row has no device: no separator with nothing after it.
-  EXPECT_EQ(header({r}), "**1 rows: 1 pass, 0 fail, 0 skipped, 0 error** · attn-bench 1.0 (Release)");
+  EXPECT_EQ(header({r}), "**1 row: 1 pass, 0 fail, 0 skipped, 0 error** · attn-bench 1.0 (Release)");
   ResultRow g = timed("s", "flash_attn", 0, "skipped");
   g.build = r.build;
   EXPECT_EQ(header({g, r}), "**2 rows: 1 pass, 0 fail, 1 skipped, 0 error** · attn-bench 1.0 (Release)");
@@ -790,7 +790,7 @@ TEST(ReportMarkdown, HeaderNamesOnlyTheBuildAndDeviceThatAreKnown) {
   gpu.device = "NVIDIA H100";
   EXPECT_EQ(header({r, gpu}),
             "**2 rows: 2 pass, 0 fail, 0 skipped, 0 error** · attn-bench 1.0 (Release) · NVIDIA H100");
-  EXPECT_EQ(header({timed("s", "cpu", 0, "skipped")}), "**1 rows: 0 pass, 0 fail, 1 skipped, 0 error**");
+  EXPECT_EQ(header({timed("s", "cpu", 0, "skipped")}), "**1 row: 0 pass, 0 fail, 1 skipped, 0 error**");
 }
 
 TEST(ReportMarkdown, BackendSkippedEverywhereForOneReasonIsOneLine) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -26,6 +27,8 @@ struct CompareArgs {
   std::string base, next;
   std::string max_slowdown = "5%";
   bool ignore_noise = false;
+  bool allow_different_work = false;
+  bool require_pass = false;
   std::string format = "table";
   std::string output;
 };
@@ -40,6 +43,17 @@ void emit(const std::string& text, const std::string& path) {
   }
 }
 
+// The report verbs read results CSV only: a results JSON (or JUnit XML) given to one is named
+// as such, where the CSV reader would say "scenario: missing column" of its first line.
+void check_results_csv(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (ext == ".json" || ext == ".xml") {
+    throw InputError(fmt::format(
+        "{}: report verbs read results CSV; write one with `-o NAME.csv` (run and sweep can write both)", path));
+  }
+}
+
 int run_compare(const CompareArgs& a) {
   if (!a.output.empty()) {
     check_output_path("--output", a.output);
@@ -48,11 +62,18 @@ int run_compare(const CompareArgs& a) {
   CompareOptions opts;
   opts.max_slowdown = parse_slowdown(a.max_slowdown, "--max-slowdown");
   opts.noise_aware = !a.ignore_noise;
+  opts.gate_different_work = !a.allow_different_work;
+  opts.require_pass = a.require_pass;
   opts.base_name = a.base;
   opts.new_name = a.next;
+  check_results_csv(a.base);
+  check_results_csv(a.next);
   const CompareReport r = compare_results(read_csv(a.base), read_csv(a.next), opts);
   emit(a.format == "markdown" ? compare_markdown(r) : format_compare(r), a.output);
-  return r.pass ? kExitOk : kExitCheckFailed;
+  // Written to a file, the report is not in the job's log: its verdict is.
+  if (!a.output.empty()) fmt::print(stderr, "{}\n", r.verdict);
+  if (!r.pass) return kExitCheckFailed;
+  return r.nothing_checked ? kExitNothingChecked : kExitOk;
 }
 
 struct MarkdownArgs {
@@ -70,7 +91,10 @@ struct MergeArgs {
 int run_merge(const MergeArgs& a) {
   check_output_path("--output", a.output, {".csv", ".json"});
   std::vector<PathArg> input_paths;
-  for (const std::string& p : a.inputs) input_paths.push_back({"input", p});
+  for (const std::string& p : a.inputs) {
+    check_results_csv(p);
+    input_paths.push_back({"input", p});
+  }
   check_distinct_paths({{"--output", a.output}}, input_paths);
   std::vector<MergeInput> inputs;
   for (const std::string& p : a.inputs) inputs.push_back({p, read_csv(p)});
@@ -101,6 +125,7 @@ std::string sh_quote(const std::string& s) {
 int run_plot(const PlotArgs& a) {
   // Input errors are named here, before Python starts: a malformed or empty file, a baseline
   // no row has, an output folder that is a file or not writable.
+  check_results_csv(a.results);
   const std::vector<ResultRow> rows = read_csv(a.results);
   if (rows.empty()) throw InputError(fmt::format("{}: no result rows to plot", a.results));
   if (!a.baseline.empty() &&
@@ -132,6 +157,7 @@ int run_markdown(const MarkdownArgs& a) {
     check_output_path("--output", a.output);
     check_distinct_paths({{"--output", a.output}}, {{"results", a.results}});
   }
+  check_results_csv(a.results);
   emit(results_markdown(read_csv(a.results), a.top), a.output);
   return kExitOk;
 }
@@ -142,7 +168,9 @@ void add_report(CLI::App& app, Commands& c) {
   auto* report = app.add_subcommand("report", "Work with results files");
   report->require_subcommand(1);
   auto* cmp = report->add_subcommand(
-      "compare", "Regression gate: fail on slowdowns beyond the threshold or on rows whose status got worse");
+      "compare",
+      "Regression gate: fail on slowdowns beyond the threshold and the noise, on rows whose status got worse, on "
+      "rows only in NEW that fail, and on rows that measured different work");
   auto a = std::make_shared<CompareArgs>();
   cmp->add_option("base", a->base, "Baseline results CSV")->required();
   cmp->add_option("new", a->next, "New results CSV")->required();
@@ -152,7 +180,25 @@ void add_report(CLI::App& app, Commands& c) {
   cmp->add_flag("--ignore-noise", a->ignore_noise,
                 "Gate on the threshold alone (by default a change within the rows' noise, the smaller stdev / "
                 "median of the two sides, is not a slowdown)");
-  cmp->add_option("--format", a->format, "table (default) or markdown (the verdict, then the rows that changed)")
+  cmp->add_flag("--allow-different-work", a->allow_different_work,
+                "List rows whose two sides measured different work (shape, spec or batch) without failing the "
+                "gate; they are never compared for time");
+  cmp->add_flag("--require-pass", a->require_pass,
+                "Fail on every row of NEW that fails or errs, also one that failed in BASE too");
+  cmp->footer(
+      "Noise: a row's relative noise is stdev_time_us / median_time_us of its samples (rows of 2 samples or "
+      "more); a change no larger than the smaller noise of the two sides is not a slowdown. The samples column "
+      "shows base/new sample counts; a row with fewer than 5 on a side says \"few samples\": its noise is a "
+      "rough guess.\n"
+      "Rows are compared for time only when both sides were timed, measured the same work (spec and batch "
+      "shape) and have the same status.\n"
+      "Exit codes: 0 the gate passed; 1 it failed (a slowdown, a status regression, a failing row only in NEW, "
+      "rows of different work, or with --require-pass any failing row); 2 usage or input error; 4 nothing was "
+      "checked: no row could be compared for time (no rows in common, or none timed on both sides, e.g. NEW "
+      "written by validate) and nothing failed.");
+  cmp->add_option("--format", a->format,
+                  "table (default) or markdown (the verdict, both sides' build and device, then the rows that "
+                  "changed, failed or were not compared)")
       ->check(CLI::IsMember({"table", "markdown"}));
   cmp->add_option("-o,--output", a->output, "Write the report here (atomically) instead of stdout");
   cmp->callback([&c, a] { c.selected = [a] { return run_compare(*a); }; });

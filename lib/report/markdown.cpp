@@ -77,8 +77,8 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
   std::map<std::string, int> count;
   for (const ResultRow& r : rows) ++count[r.status];
   std::string out = "## attn-bench results\n\n";
-  out += fmt::format("**{} rows: {} pass, {} fail, {} skipped, {} error**", rows.size(), count["pass"], count["fail"],
-                     count["skipped"], count["error"]);
+  out += fmt::format("**{}: {} pass, {} fail, {} skipped, {} error**", count_of(static_cast<int>(rows.size()), "row"),
+                     count["pass"], count["fail"], count["skipped"], count["error"]);
   // Build and device from the rows that have them (a skipped row may have neither), so
   // the line never ends in a separator with nothing after it.
   for (auto field : {&ResultRow::build, &ResultRow::device}) {
@@ -140,12 +140,30 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
 
 std::string compare_markdown(const CompareReport& report, bool all_rows) {
   std::string out = fmt::format("**{}**\n\n", report.verdict);
+  // Which builds on which devices were compared: a reviewer sees a misconfigured gate here.
+  const std::vector<std::string> sides = compare_provenance_lines(report);
+  out += fmt::format("{}  \n{}\n\n", sides[0], sides[1]);
+  if (const std::string w = compare_device_warning(report); !w.empty()) out += fmt::format("> {}\n\n", w);
   const std::vector<std::vector<std::string>> cells = compare_cells(report);
   std::vector<std::vector<std::string>> shown;
-  for (size_t i = 0; i < report.rows.size(); ++i)
-    if (all_rows || report.rows[i].change != CompareChange::same) shown.push_back(cells[i]);
-  if (shown.empty()) return out + fmt::format("No row changed beyond {:.1f}%.\n", report.max_slowdown * 100);
-  return out + markdown_table(compare_headers(), shown, compare_numeric_columns());
+  int both_skipped = 0;
+  for (size_t i = 0; i < report.rows.size(); ++i) {
+    const CompareRow& c = report.rows[i];
+    // Skipped on both sides (a GPU backend on a machine without one): counted, not listed.
+    const bool skipped = c.base_status == "skipped" && c.new_status == "skipped" &&
+                         c.change == CompareChange::not_timed;
+    if (!all_rows && skipped) ++both_skipped;
+    else if (all_rows || c.change != CompareChange::same || c.regression) shown.push_back(cells[i]);
+  }
+  if (shown.empty()) {
+    out += fmt::format("No row slowed beyond {:.1f}%{} or changed status.\n", report.max_slowdown * 100,
+                       report.noise_aware ? " and its noise" : "");
+  } else {
+    out += markdown_table(compare_headers(), shown, compare_numeric_columns());
+  }
+  if (both_skipped > 0)
+    out += fmt::format("\n{} skipped in BASE and NEW not listed.\n", count_of(both_skipped, "row"));
+  return out;
 }
 
 }  // namespace attn

@@ -20,7 +20,9 @@ std::string markdown_table(const std::vector<std::string>& headers, const std::v
 // one reason (a GPU backend on a machine without one) is one line under the tables, not a table.
 std::string results_markdown(const std::vector<ResultRow>& rows, int top = 5);
 
-// The compare verdict first (bold), then the rows that changed (or all, with `all_rows`).
+// The compare verdict first (bold), the two sides' build, git_rev and device (and a warning
+// when devices differ), then the rows that changed, failed or were not compared (or all, with
+// `all_rows`); rows skipped on both sides are counted under the table, not listed.
 std::string compare_markdown(const CompareReport& report, bool all_rows = false);
 
 }  // namespace attn
