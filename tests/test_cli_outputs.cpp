@@ -211,10 +211,18 @@ TEST_F(CliOutputs, CompareAndMergeRefuseInvalidRows) {
     for (size_t i = 0; i < header.find("median_time_us"); ++i) col += header[i] == ',';
     return col;
   }();
+  // Where cell `col` of the row starts: after `col` commas outside quotes (the `batch` cell holds
+  // quoted commas); a doubled quote inside a quoted cell toggles twice.
+  auto cell_start = [&](size_t col) {
+    bool quoted = false;
+    for (size_t i = 0; i < row.size() && col > 0; ++i) {
+      if (row[i] == '"') quoted = !quoted;
+      if (row[i] == ',' && !quoted && --col == 0) return i + 1;
+    }
+    return size_t{0};
+  };
   auto with_cell = [&](size_t col, const std::string& value) {
-    size_t start = 0;
-    for (size_t i = 0; i < col; ++i) start = row.find(',', start) + 1;
-    return row.substr(0, start) + value + row.substr(row.find(',', start));
+    return row.substr(0, cell_start(col)) + value + row.substr(cell_start(col + 1) - 1);
   };
   for (const char* v : {"-5", "nan"}) {
     const std::string bad = write("bad.csv", header + "\n" + with_cell(median_col, v) + "\n");

@@ -175,7 +175,8 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   run->add_option("--warmup", ra->warmup, "Warm-up runs (overrides [run] warmup)")->check(at_least(0));
   run->add_option("--host-timeout", ra->host_timeout,
                   "Seconds of samples per host (cpu) row, as nvbench's --timeout: sampling stops after this much "
-                  "time and at least 3 samples, warm-up after a fifth of it (default 5; 0: every iteration runs; "
+                  "time and at least 3 samples, warm-up after a fifth of it (overrides [run] host_timeout; default 5; "
+                  "0: every iteration runs; "
                   "GPU rows always run every iteration)")
       ->check(CLI::Range(0.0, 1e6));
   run->add_flag("--cold-l2", ra->cold_l2, "Flush L2 before every sample (GPU)");

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "pipeline/pipeline.hpp"
+#include "report/columns.hpp"
 #include "report/merge.hpp"
 #include "report/results.hpp"
 #include "sweep/sweep.hpp"
@@ -32,6 +33,7 @@ struct SweepArgs {
   bool devices_given = false;  // --devices "" is an error, not "no --devices"
   bool list = false, resume = false, quiet = false, validate_only = false;
   std::optional<int> iterations, warmup;
+  std::optional<double> host_timeout;
   std::optional<int64_t> check_sample;
 };
 
@@ -72,6 +74,76 @@ void check_resumable(const std::string& path, const std::vector<ResultRow>& rows
       throw InputError(fmt::format("--resume {}: it holds case {}, which is not one of {} (written by another "
                                    "sweep or split; delete the file to start over)",
                                    path, r.scenario, what));
+}
+
+// The columns a stored row must share with the row its case would make now for --resume to keep
+// it: the case's spec, batch, data seed and timing settings, and the sweep and shard that ran it.
+// Measured columns (errors, times) differ from run to run and are not compared.
+constexpr const char* kResumeColumns[] = {
+    // spec
+    "num_q_heads", "num_kv_heads", "head_size_qk", "head_size_v", "dtype", "kv_cache_dtype", "kv_layout",
+    "block_size", "sliding_window", "logits_soft_cap", "scale", "k_scale", "v_scale", "q_scale", "alibi", "sinks",
+    "causal", "mla",
+    // batch and data
+    "shared_prefix_len", "batch", "seed",
+    // timing settings
+    "warmup", "iterations", "host_timeout_s",
+    // which sweep and split
+    "sweep", "shard"};
+
+const ResultColumn& column_named(std::string_view name) {
+  for (const ResultColumn& c : kResultColumns)
+    if (name == c.name) return c;
+  throw RuntimeError("sweep: no results column " + std::string(name));
+}
+
+// A cell's value for a message: quoted, so that an empty string shows as ""; "empty" where the
+// column does not apply to the row (an empty cell).
+std::string cell_shown(const ResultRow& r, const ResultColumn& c) {
+  return field_applies(r, c) ? "\"" + field_text(r, c) + "\"" : "empty";
+}
+
+// --resume keeps a stored row only if its case, as the sweep file and options define it now,
+// would make a row with the same settings: after an edit of the sweep (a [base] key, the seed,
+// [run] iterations) or other options, the kept rows would sit under the same case names as rows
+// of another experiment. Error rows are run again anyway and are not compared. InputError at the
+// row's line naming the case, the column, both values and the fix.
+void check_unchanged(const std::string& path, const std::vector<ResultRow>& stored, const Sweep& sw,
+                     const std::map<std::string, size_t>& case_of, const PipelineOptions& opts,
+                     const std::string& shard) {
+  std::map<size_t, std::map<std::string, ResultRow>> planned;  // case -> batch label -> planned row
+  for (size_t k = 0; k < stored.size(); ++k) {
+    const ResultRow& r = stored[k];
+    if (r.status == to_string(RowStatus::error)) continue;
+    const size_t ci = case_of.at(r.scenario);  // a sweep case is one batch, labelled with the case's name
+    if (!planned.count(ci)) {
+      std::map<std::string, ResultRow>& by_label = planned[ci];
+      for (ResultRow& p : planned_rows(sw.cases[ci].scenario, opts)) {
+        p.sweep = sw.name;
+        p.shard = shard;
+        p.case_index = static_cast<int>(ci);
+        by_label.emplace(p.scenario, std::move(p));
+      }
+    }
+    const long line = static_cast<long>(k) + 2;  // a header line, then one line per row
+    const std::string fix = "the sweep file or the options changed since it was written; delete the file or the "
+                            "rows, or run without --resume";
+    const auto it = planned.at(ci).find(r.scenario);
+    if (it == planned.at(ci).end())
+      throw InputError(InputSite{path, line, "scenario", r.scenario, "a batch its case no longer makes", fix});
+    ResultRow now = it->second;
+    if (r.device != "host cpu") now.host_timeout_s = -1;  // device rows take every iteration
+    for (const char* name : kResumeColumns) {
+      const ResultColumn& c = column_named(name);
+      const bool same = field_applies(r, c) == field_applies(now, c) &&
+                        (!field_applies(r, c) || field_text(r, c) == field_text(now, c));
+      if (!same)
+        throw InputError(InputSite{path, line, name, cell_shown(r, c),
+                                   fmt::format("case {} (backend {}) ran with this, but runs with {} now",
+                                               r.scenario, r.backend, cell_shown(now, c)),
+                                   fix});
+    }
+  }
 }
 
 std::string shard_file(const std::string& output, int i) {
@@ -163,6 +235,7 @@ int run_on_devices(const SweepArgs& a) {
                                      std::to_string(i) + "/" + std::to_string(n), "--resume", "-q"};
     if (a.iterations) args.insert(args.end(), {"--iterations", std::to_string(*a.iterations)});
     if (a.warmup) args.insert(args.end(), {"--warmup", std::to_string(*a.warmup)});
+    if (a.host_timeout) args.insert(args.end(), {"--host-timeout", format_double(*a.host_timeout)});
     if (a.validate_only) args.push_back("--validate-only");
     if (a.check_sample) args.insert(args.end(), {"--check-sample", std::to_string(*a.check_sample)});
     const pid_t pid = fork();
@@ -198,14 +271,49 @@ int run_on_devices(const SweepArgs& a) {
   return worst;
 }
 
+// A row for a case that could not run at all (out of memory, a backend error while planning):
+// an error row, never the end of the sweep; the columns that say what it was are filled where
+// the case still yields them.
+ResultRow case_error_row(const SweepCase& c, const PipelineOptions& opts, const std::string& what) {
+  ResultRow r;
+  try {
+    const std::vector<ResultRow> planned = planned_rows(c.scenario, opts);
+    if (!planned.empty()) r = planned.front();
+  } catch (const std::exception&) {  // the same failure, most likely: the message below says it
+  }
+  r.scenario = c.name;
+  r.backend = c.scenario.run.backends.empty() ? "auto" : c.scenario.run.backends.front();
+  r.status = to_string(RowStatus::error);
+  r.reason = what;
+  r.seed = c.scenario.seed;
+  r.build = build_info();
+  r.git_rev = git_rev();
+  r.timestamp = now_iso8601();
+  return r;
+}
+
+// The sweep's rows in its own case order: the file is rewritten from this after every case.
+std::vector<ResultRow> rows_in_case_order(const std::map<size_t, std::vector<ResultRow>>& by_case) {
+  std::vector<ResultRow> rows;
+  for (const auto& [i, case_rows] : by_case) rows.insert(rows.end(), case_rows.begin(), case_rows.end());
+  return rows;
+}
+
+bool has_error(const std::vector<ResultRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const ResultRow& r) { return r.status == to_string(RowStatus::error); });
+}
+
 int run_sweep(const SweepArgs& a) {
   if (a.devices_given) return run_on_devices(a);
   const Sweep sw = load_sweep(a.file);
   std::vector<size_t> mine(sw.cases.size());
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = i;
+  std::string shard;  // "I/N" as the rows carry it
   if (!a.shard.empty()) {
     const auto [index, count] = parse_shard(a.shard);
     mine = shard_cases(sw, index, count);
+    shard = fmt::format("{}/{}", index, count);
   }
   if (a.list) {
     for (size_t i : mine) fmt::print("{}\n", sw.cases[i].name);
@@ -214,38 +322,51 @@ int run_sweep(const SweepArgs& a) {
   check_output(a.output, a.file);
   check_backends_built(sw, mine);
 
-  // --resume keeps the rows already written and skips their cases; without it the file is new.
-  std::vector<ResultRow> rows;
-  std::set<std::string> done;
+  PipelineOptions opts;
+  opts.iterations = a.iterations;
+  opts.warmup = a.warmup;
+  opts.host_timeout_s = a.host_timeout;
+  opts.time = !a.validate_only;
+  opts.check_sample = a.check_sample;
+
+  // --resume keeps the rows already written, if their cases would still make them, and skips
+  // those cases; a case with an error row (out of memory, a transient device error) runs again,
+  // its rows replaced in place. Without --resume the file is new.
+  std::map<std::string, size_t> case_of;
+  for (size_t i : mine) case_of.emplace(sw.cases[i].name, i);
+  std::map<size_t, std::vector<ResultRow>> by_case;  // case index -> its rows, in the sweep's order
   if (a.resume && std::filesystem::exists(a.output)) {
-    rows = read_csv(a.output);
-    check_resumable(a.output, rows, sw, mine,
+    const std::vector<ResultRow> stored = read_csv(a.output);
+    check_resumable(a.output, stored, sw, mine,
                     a.shard.empty() ? std::string("this sweep's cases") : "shard " + a.shard + " of this sweep");
-    for (const ResultRow& r : rows) done.insert(r.scenario);
+    check_unchanged(a.output, stored, sw, case_of, opts, shard);
+    for (const ResultRow& r : stored) by_case[case_of.at(r.scenario)].push_back(r);
   } else if (std::filesystem::exists(a.output)) {
     throw InputError(fmt::format("--output {}: the file exists (pass --resume to continue that sweep, or remove it)",
                                  a.output));
   }
 
-  PipelineOptions opts;
-  opts.iterations = a.iterations;
-  opts.warmup = a.warmup;
-  opts.time = !a.validate_only;
-  opts.check_sample = a.check_sample;
   const auto registry = make_registry();
   if (opts.time) apply_device_ceilings(opts);
 
   std::vector<size_t> todo;
-  for (size_t i : mine)
-    if (!done.count(sw.cases[i].name)) todo.push_back(i);
+  size_t rerun = 0;
+  for (size_t i : mine) {
+    const auto it = by_case.find(i);
+    if (it == by_case.end()) {
+      todo.push_back(i);
+    } else if (has_error(it->second)) {
+      todo.push_back(i);
+      ++rerun;
+    }
+  }
   const bool tty = isatty(fileno(stderr)) != 0;
   const auto t0 = std::chrono::steady_clock::now();
   double done_cost = 0, todo_cost = 0;
   for (size_t i : todo) todo_cost += sw.cases[i].cost + 1;
-  int failures = 0;
-  if (!a.quiet && done.size() > 0)
-    fmt::print(stderr, "sweep {}: {} of {} cases already in {}\n", sw.name, mine.size() - todo.size(), mine.size(),
-               a.output);
+  if (!a.quiet && !by_case.empty())
+    fmt::print(stderr, "sweep {}: {} of {} cases already in {}{}\n", sw.name, by_case.size() - rerun, mine.size(),
+               a.output, rerun ? fmt::format(" ({} with an error row run again)", rerun) : "");
   for (size_t k = 0; k < todo.size(); ++k) {
     const SweepCase& c = sw.cases[todo[k]];
     if (!a.quiet) {
@@ -264,23 +385,24 @@ int run_sweep(const SweepArgs& a) {
     try {
       got = run_scenario(c.scenario, registry, opts).rows;
     } catch (const std::exception& e) {
-      // One case that cannot run (out of memory, a backend error) is a row, never the end of the sweep.
-      ResultRow r;
-      r.scenario = c.name;
-      r.backend = c.scenario.run.backends.empty() ? "auto" : c.scenario.run.backends.front();
-      r.status = to_string(RowStatus::error);
-      r.reason = e.what();
-      r.build = build_info();
-      r.timestamp = now_iso8601();
-      got.push_back(std::move(r));
+      got.push_back(case_error_row(c, opts, e.what()));
     }
-    for (const ResultRow& r : got) failures += r.status == "fail" || r.status == "error";
-    rows.insert(rows.end(), got.begin(), got.end());
-    write_csv(a.output, rows);  // atomic: a killed sweep loses only the case in flight
+    for (ResultRow& r : got) {
+      r.sweep = sw.name;
+      r.shard = shard;
+      r.case_index = static_cast<int>(todo[k]);
+    }
+    by_case[todo[k]] = std::move(got);
+    write_csv(a.output, rows_in_case_order(by_case));  // atomic: a killed sweep loses only the case in flight
     done_cost += c.cost + 1;
   }
+  const std::vector<ResultRow> rows = rows_in_case_order(by_case);
   // A shard with no cases (more shards than cases) still leaves its file, so a merge finds them all.
   if (todo.empty() && !std::filesystem::exists(a.output)) write_csv(a.output, rows);
+  // The verdict is the file's: rows kept from an earlier run count as much as this run's.
+  const auto failures = std::count_if(rows.begin(), rows.end(), [](const ResultRow& r) {
+    return r.status == to_string(RowStatus::fail) || r.status == to_string(RowStatus::error);
+  });
   if (!a.quiet)
     fmt::print(stderr, "{}sweep {}: {} cases run, {} rows in {} ({} failed or errored) in {}\n", tty ? "\r\033[K" : "",
                sw.name, todo.size(), rows.size(), a.output, failures,
@@ -296,7 +418,9 @@ void add_sweep(CLI::App& app, Commands& c) {
   cmd->add_option("file", a->file, "Sweep file (TOML, see docs/SCENARIOS.md)")->required()->check(CLI::ExistingFile);
   cmd->add_flag("--list", a->list, "Print the case names (of this shard) and exit");
   cmd->add_option("-o,--output", a->output, "Results CSV, rewritten atomically after every case");
-  cmd->add_flag("--resume", a->resume, "Keep the rows already in --output and skip their cases");
+  cmd->add_flag("--resume", a->resume,
+                "Keep the rows already in --output and skip their cases (refused when the sweep changed since; "
+                "cases with an error row run again)");
   cmd->add_option("--shard", a->shard, "Run shard I of N (0-based, balanced by estimated cost), e.g. 0/4");
   cmd->add_option_function<std::string>(
       "--devices", [a](const std::string& v) { a->devices = v, a->devices_given = true; },
@@ -304,6 +428,10 @@ void add_sweep(CLI::App& app, Commands& c) {
   cmd->add_option("--iterations", a->iterations, "Timed samples per case (overrides the sweep's [run])")
       ->check(at_least(1));
   cmd->add_option("--warmup", a->warmup, "Warm-up runs per case")->check(at_least(0));
+  cmd->add_option("--host-timeout", a->host_timeout,
+                  "Seconds of samples per host (cpu) row, as run --host-timeout (overrides the sweep's [run] "
+                  "host_timeout; default 5; 0: every iteration runs)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--validate-only", a->validate_only, "Check every case, time none");
   cmd->add_option("--check-sample", a->check_sample,
                   "Check at most N (request, head) pairs per case against the reference (0 = all)")

@@ -766,7 +766,8 @@ void check_batch(const std::string& file, const ModelOrigin& mo, const BatchKeys
 void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) {
   if (tbl == nullptr) return;
   const Section r(file, *tbl, "run",
-                  {"backends", "warmup", "iterations", "cold_l2", "cuda_graph", "num_layers", "cascade"});
+                  {"backends", "warmup", "iterations", "host_timeout", "cold_l2", "cuda_graph", "num_layers",
+                   "cascade"});
   if (const toml::node* n = r.node("backends")) {
     const toml::array* a = n->as_array();
     if (a == nullptr || a->empty() || !a->is_homogeneous(toml::node_type::string))
@@ -790,6 +791,11 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
   }
   if (const auto f = r.integer_in("warmup", 0, "must be >= 0")) run.warmup = static_cast<int>(f->value);
   if (const auto f = r.integer_in("iterations", 1, "must be >= 1")) run.iterations = static_cast<int>(f->value);
+  if (const auto f = r.number("host_timeout")) {
+    // As run --host-timeout (which overrides it): 0 = no budget; at most the flag's 1e6 seconds.
+    if (f->value < 0.0 || f->value > 1e6) fail(file, f->where, "must be seconds in [0, 1e6] (0: no budget)");
+    run.host_timeout_s = f->value;
+  }
   if (const auto f = r.boolean("cold_l2")) run.cold_l2 = f->value;
   if (const auto f = r.boolean("cuda_graph")) run.cuda_graph = f->value;
   if (const auto f = r.integer_in("num_layers", 1, "must be >= 1")) run.num_layers = static_cast<int>(f->value);

@@ -103,6 +103,9 @@ struct RunConfig {
   std::vector<Written> backends_written;
   int warmup = 10;
   int iterations = 50;
+  // Host (cpu) rows' time budget in seconds, TimingOptions::host_timeout_s (`host_timeout`;
+  // run/sweep --host-timeout overrides it); 0: every iteration runs.
+  double host_timeout_s = 5.0;
   bool cold_l2 = true;
   bool cuda_graph = false;
   int num_layers = 1;

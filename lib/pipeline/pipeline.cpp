@@ -265,6 +265,36 @@ void fill_spec_columns(ResultRow& row, const Batch& b) {
   row.mla = sp.use_mla;
 }
 
+// The timing settings of a run: the options' overrides over the scenario's [run].
+TimingOptions timing_options(const Scenario& s, const PipelineOptions& opts) {
+  TimingOptions topts;
+  topts.warmup = opts.warmup.value_or(s.run.warmup);
+  topts.iterations = opts.iterations.value_or(s.run.iterations);
+  topts.host_timeout_s = opts.host_timeout_s.value_or(s.run.host_timeout_s);
+  topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
+  topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
+  return topts;
+}
+
+// The columns that the batch and the run's settings fix before any backend runs: what a rerun
+// needs to make the same row (spec, requests, seed, warmup/iterations; host_timeout_s as for a
+// host row: a device row clears it). run_scenario starts every row from it and `sweep --resume`
+// compares stored rows with it (planned_rows).
+ResultRow planned_row(const BatchShape& shape, const Batch& batch, const TimingOptions& topts, bool timed) {
+  ResultRow row;
+  row.scenario = batch.label;
+  fill_spec_columns(row, batch);
+  row.shared_prefix_len = batch.shared_prefix_len;
+  row.batch = batch_spec_text(shape.requests);
+  row.seed = batch.seed;
+  if (timed) {
+    row.warmup = topts.warmup;
+    row.iterations = topts.iterations;
+    row.host_timeout_s = topts.host_timeout_s;
+  }
+  return row;
+}
+
 // The features a batch declares, each with the perturbation a typical bug of it amounts to
 // (docs/DESIGN.md, "Sensitivity"). Causal counts only where some request has more than one
 // query token: a decode's last key is its own, so a causal off-by-one cannot show there.
@@ -292,17 +322,33 @@ constexpr double kMinSensitivity = 4.0;
 
 }  // namespace
 
+std::string batch_spec_text(const std::vector<RequestShape>& requests) {
+  std::string text;
+  for (size_t i = 0; i < requests.size();) {
+    size_t j = i + 1;
+    while (j < requests.size() && requests[j].query_len == requests[i].query_len &&
+           requests[j].context_len == requests[i].context_len)
+      ++j;
+    text += fmt::format("{}{}x{}@{}", text.empty() ? "" : ",", j - i, requests[i].query_len, requests[i].context_len);
+    i = j;
+  }
+  return text;
+}
+
+std::vector<ResultRow> planned_rows(const Scenario& s, const PipelineOptions& opts) {
+  const TimingOptions topts = timing_options(s, opts);
+  std::vector<ResultRow> rows;
+  for (const BatchShape& shape : expand_shapes(s))
+    rows.push_back(planned_row(shape, make_batch(s.spec, shape, s.seed), topts, opts.time));
+  return rows;
+}
+
 PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
                             const PipelineOptions& opts) {
   PipelineResult result;
   check_file_backends_built(s, registry, opts);
   const BackendNames selection = backend_names(s, opts);
-  TimingOptions topts;
-  topts.warmup = opts.warmup.value_or(s.run.warmup);
-  topts.iterations = opts.iterations.value_or(s.run.iterations);
-  topts.host_timeout_s = opts.host_timeout_s.value_or(topts.host_timeout_s);
-  topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
-  topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
+  const TimingOptions topts = timing_options(s, opts);
   RunOptions ropts;
   ropts.cascade = opts.cascade.value_or(s.run.cascade);
   ropts.num_layers = s.run.num_layers;
@@ -368,10 +414,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
     for (size_t bi = 0; bi < backends.size(); ++bi) {
       const Backend* be = backends[bi];
-      ResultRow row;
-      row.scenario = batch.label;
+      ResultRow row = planned_row(shape, batch, topts, opts.time);
       row.backend = be->name();
-      fill_spec_columns(row, batch);
+      if (runs_on_device(*be)) row.host_timeout_s = -1;  // device rows take every iteration
       row.num_reqs = summary.num_reqs;
       row.num_tokens = summary.num_tokens;
       row.num_decodes = summary.num_decodes;
@@ -379,7 +424,6 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.num_decode_tokens = summary.num_decode_tokens;
       row.num_prefill_tokens = summary.num_prefill_tokens;
       row.kv_tokens = summary.kv_tokens_read;
-      row.shared_prefix_len = batch.shared_prefix_len;
       row.flops = summary.flops;
       row.bytes = summary.bytes;
       row.total_pairs = ref.pairs_total;

@@ -16,7 +16,7 @@ namespace attn {
 struct PipelineOptions {
   std::vector<std::string> backends;  // overrides the scenario's [run] backends when non-empty
   std::optional<int> warmup, iterations;
-  std::optional<double> host_timeout_s;  // TimingOptions::host_timeout_s (host rows' time budget)
+  std::optional<double> host_timeout_s;  // overrides [run] host_timeout (host rows' time budget)
   std::optional<bool> cold_l2, cuda_graph;
   std::optional<CascadeMode> cascade;
   std::optional<int64_t> check_sample;  // (request, head) pairs checked; 0 = all
@@ -44,6 +44,17 @@ struct PipelineResult {
 // Runs one scenario (every batch shape it expands to) on the selected backends.
 PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr<Backend>>& registry,
                             const PipelineOptions& opts);
+
+// A batch's requests as the compact spec `--batch` takes (parse_batch_spec): COUNTxQUERY@CONTEXT
+// items in batch order, each run of equal requests one item ("48x1@2048,2x512@1024"). It says
+// nothing of a shared prefix, the block allocation, num_blocks or a local attention chunk.
+std::string batch_spec_text(const std::vector<RequestShape>& requests);
+
+// Per batch shape of the scenario, the row columns fixed before any backend runs, as run_scenario
+// fills them: scenario (the batch label), the spec columns, shared_prefix_len, batch, seed, and
+// with opts.time warmup, iterations and host_timeout_s (as for a host row; device rows have -1).
+// Builds each batch (make_batch), runs nothing. `sweep --resume` checks stored rows against it.
+std::vector<ResultRow> planned_rows(const Scenario& s, const PipelineOptions& opts);
 
 // Names `auto`, `all` and backend names resolved against the registry for one batch;
 // an unknown name is an InputError naming `source`, where the names came from ("--backend",

@@ -82,6 +82,14 @@ constexpr size_t kFirstTiming = column_index("plan_us");
 constexpr size_t kLastTiming = column_index("cold_l2");
 constexpr size_t kFirstRate = column_index("tflops");
 constexpr size_t kLastRate = column_index("pct_read_floor");
+// Settings columns that apply only to some rows (field_applies says which).
+constexpr size_t kWarmup = column_index("warmup");
+constexpr size_t kIterations = column_index("iterations");
+constexpr size_t kHostTimeout = column_index("host_timeout_s");
+constexpr size_t kCaseIndex = column_index("case_index");
+static_assert(kWarmup < kResultColumns.size() && kIterations < kResultColumns.size() &&
+                  kHostTimeout < kResultColumns.size() && kCaseIndex < kResultColumns.size(),
+              "a settings column of field_applies was renamed");
 static_assert(kFirstError < kLastError && kLastError < kFirstTiming && kFirstTiming < kLastTiming &&
                   kLastTiming < kFirstRate && kFirstRate < kLastRate && kLastRate < kResultColumns.size(),
               "the errors and timing groups of kResultColumns moved: update field_applies");
@@ -95,9 +103,19 @@ size_t index_of(const ResultColumn& c) {
   return static_cast<size_t>(&c - first);
 }
 
+bool is_setting(size_t i) { return i == kWarmup || i == kIterations || i == kHostTimeout || i == kCaseIndex; }
+
 bool may_not_apply(size_t i) {
   return (i >= kFirstError && i <= kLastError) || (i >= kFirstTiming && i <= kLastTiming) ||
-         (i >= kFirstRate && i <= kLastRate);
+         (i >= kFirstRate && i <= kLastRate) || is_setting(i);
+}
+
+// The settings columns hold a value where the row's run had the setting; an empty cell reads
+// back as the default that says it did not (iterations 0, host_timeout_s -1, sweep empty).
+bool setting_applies(const ResultRow& row, size_t i) {
+  if (i == kWarmup || i == kIterations) return row.iterations > 0;  // a timed run's requested counts
+  if (i == kHostTimeout) return row.host_timeout_s >= 0;            // 0 is a setting: no budget
+  return !row.sweep.empty();                                        // case_index
 }
 
 }  // namespace
@@ -105,6 +123,7 @@ bool may_not_apply(size_t i) {
 bool field_applies(const ResultRow& row, const ResultColumn& c) {
   const size_t i = index_of(c);
   if (i >= kResultColumns.size() || !may_not_apply(i)) return true;  // a copy: every column applies
+  if (is_setting(i)) return setting_applies(row, i);
   const bool checked = row.status == to_string(RowStatus::pass) || row.status == to_string(RowStatus::fail);
   if (i >= kFirstError && i <= kLastError) {
     if (!checked) return false;

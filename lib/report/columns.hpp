@@ -14,14 +14,14 @@
 namespace attn {
 
 using ResultField = std::variant<std::string ResultRow::*, int ResultRow::*, int64_t ResultRow::*,
-                                 double ResultRow::*, bool ResultRow::*>;
+                                 uint64_t ResultRow::*, double ResultRow::*, bool ResultRow::*>;
 
 struct ResultColumn {
   const char* name;
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 70> kResultColumns{{
+inline constexpr std::array<ResultColumn, 78> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -57,6 +57,8 @@ inline constexpr std::array<ResultColumn, 70> kResultColumns{{
     {"shared_prefix_len", &ResultRow::shared_prefix_len},
     {"cascade", &ResultRow::cascade},
     {"plan_summary", &ResultRow::plan_summary},
+    {"batch", &ResultRow::batch},
+    {"seed", &ResultRow::seed},
     // errors
     {"max_abs_err", &ResultRow::max_abs_err},
     {"max_rel_err", &ResultRow::max_rel_err},
@@ -85,6 +87,9 @@ inline constexpr std::array<ResultColumn, 70> kResultColumns{{
     {"samples", &ResultRow::samples},
     {"timing_method", &ResultRow::timing_method},
     {"cold_l2", &ResultRow::cold_l2},
+    {"warmup", &ResultRow::warmup},
+    {"iterations", &ResultRow::iterations},
+    {"host_timeout_s", &ResultRow::host_timeout_s},
     {"flops", &ResultRow::flops},
     {"bytes", &ResultRow::bytes},
     {"tflops", &ResultRow::tflops},
@@ -98,15 +103,20 @@ inline constexpr std::array<ResultColumn, 70> kResultColumns{{
     {"build", &ResultRow::build},
     {"git_rev", &ResultRow::git_rev},
     {"timestamp", &ResultRow::timestamp},
+    {"sweep", &ResultRow::sweep},
+    {"shard", &ResultRow::shard},
+    {"case_index", &ResultRow::case_index},
 }};
 
 // Shortest decimal that reads back to the same double ("inf", "-inf", "nan" when not finite).
 std::string format_double(double x);
 
 // Whether a column holds a value for this row. Rows that were not checked (skipped, error)
-// have no errors, rows that were not timed no timings, and batch_invariant exists only where
-// that check ran: such cells are written empty (CSV) or null (JSON) rather than as defaults
-// (cosine 1, deterministic true) that would read as a check passed.
+// have no errors, rows that were not timed no timings, batch_invariant exists only where
+// that check ran, warmup/iterations only for a timed run (iterations > 0), host_timeout_s only
+// where it is >= 0 (host rows of a timed run) and case_index only on sweep rows: such cells are
+// written empty (CSV) or null (JSON) rather than as defaults (cosine 1, deterministic true) that
+// would read as a check passed, or as a setting (iterations 0, a host budget of 0).
 bool field_applies(const ResultRow& row, const ResultColumn& c);
 
 // A field's value as text, unescaped: numbers as above, booleans "true"/"false".

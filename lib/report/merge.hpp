@@ -19,8 +19,10 @@ struct MergeInput {
   std::vector<ResultRow> rows;
 };
 
-// The rows of every input in order. InputError naming both files (and the pair, build or device)
-// on a duplicate or a mix that the options do not allow.
+// The rows of every input in order, each sweep's rows (`sweep` set) re-sorted into its case order
+// (`case_index`) in the places they take. InputError naming both files (and the pair, build or
+// device) on a duplicate or a mix that the options do not allow; for a sharded sweep, naming the
+// shard that is missing or that two inputs hold (allow_duplicates allows the latter).
 std::vector<ResultRow> merge_results(const std::vector<MergeInput>& inputs, const MergeOptions& opts = {});
 
 }  // namespace attn

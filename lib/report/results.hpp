@@ -34,6 +34,10 @@ struct ResultRow {
   int shared_prefix_len = 0;
   bool cascade = false;
   std::string plan_summary;
+  // What reproduces the batch: its requests as `--batch` takes them ("48x1@2048,2x512@1024", in
+  // batch order) and the data seed actually used (after --seed).
+  std::string batch;
+  uint64_t seed = 0;
   // errors (validation)
   double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0, cosine = 1, nmse = 0, quant_rel_l2 = -1;
   double floor_rel_l2 = 0, err_over_floor = 0;  // the output-rounding floor and rel_l2 / floor
@@ -53,6 +57,11 @@ struct ResultRow {
   int samples = 0;
   std::string timing_method;
   bool cold_l2 = false;
+  // The timing settings asked for (samples says how many ran): warmup and iterations of a timed
+  // run (iterations 0: nothing was to be timed, both written empty), and the host rows' time
+  // budget in seconds (-1: does not apply, a device row or an untimed run; written empty).
+  int warmup = 0, iterations = 0;
+  double host_timeout_s = -1;
   double flops = 0, bytes = 0, tflops = 0, tb_per_sec = 0;
   double pct_peak_bw = -1, pct_peak_flops = -1;  // -1: ceiling unknown
   // A bare streaming read of `bytes` on the device from the same cold L2 (timing/read_floor.hpp),
@@ -60,6 +69,10 @@ struct ResultRow {
   double read_floor_us = -1, pct_read_floor = -1;
   // provenance
   std::string device, build, git_rev, timestamp;
+  // Sweep rows: the sweep's name, the shard that ran them ("I/N"; empty when unsharded) and the
+  // case's index in the sweep's own order (written only where `sweep` is set). Empty for `run`.
+  std::string sweep, shard;
+  int case_index = 0;
 };
 
 // Writers are atomic: a temp file beside the target, then rename. Throw RuntimeError on I/O.
