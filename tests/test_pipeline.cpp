@@ -74,6 +74,40 @@ class AbsentBackend : public Backend {
   bool answers_;
 };
 
+// The cpu backend, declaring an e4m3 intermediate in its output (as the fp8 tensor-core prefill
+// declares its P): its budget's floor, and so every element bound, grows by the data-flow factor.
+class CoarseInstance : public BackendInstance {
+ public:
+  explicit CoarseInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override { inner_->run(); }
+  void poison() override { inner_->poison(); }
+  AttentionOutput fetch() override {
+    AttentionOutput o = inner_->fetch();
+    o.coarse_roundings = {DType::fp8_e4m3};
+    return o;
+  }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+};
+
+class CoarseBackend : public Backend {
+ public:
+  std::string name() const override { return "coarse"; }
+  std::string description() const override { return "cpu, declaring an e4m3 intermediate"; }
+  std::vector<std::string> features() const override { return {}; }
+  Support available() const override { return inner_->available(); }
+  Support supports(const AttentionSpec& spec, const Batch& batch) const override { return inner_->supports(spec, batch); }
+  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
+                                          const RunOptions& opts) const override {
+    return std::make_unique<CoarseInstance>(inner_->create(batch, m, opts));
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = make_cpu_backend();
+};
+
 PipelineOptions check_only(const std::string& backend) {
   PipelineOptions o;
   o.backends = {backend};
@@ -100,6 +134,28 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_EQ(r.status, "fail");
   EXPECT_FALSE(r.deterministic);
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
+}
+
+// Defect: a feature's bug was judged without the coarse intermediates the row's output declares,
+// so its element bounds were the plain dtype's while the row's own were raised: the reported
+// sensitivity of an fp8 tensor-core row read up to 16 x what its check can see. Here the cpu
+// output declares e4m3 (a factor of ~2^20 over fp32's rounding): the same bug reads far smaller.
+TEST(PipelineCheck, SensitivityIsJudgedUnderTheRowsOwnDataFlow) {
+  const Scenario sc = scenario_from_cli("llama3-8b", "1x16@40", 3);
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  registry.push_back(std::make_unique<CoarseBackend>());
+  auto causal_of = [&](const std::string& backend) {
+    const PipelineResult r = run_scenario(sc, registry, check_only(backend));
+    EXPECT_EQ(r.rows.at(0).status, "pass") << r.rows.at(0).reason;
+    const std::string& sens = r.rows.at(0).sensitivity;
+    const size_t at = sens.find("causal=");
+    EXPECT_NE(at, std::string::npos) << sens;
+    return at == std::string::npos ? -1.0 : std::stod(sens.substr(at + 7));
+  };
+  const double plain = causal_of("cpu"), coarse = causal_of("coarse");
+  EXPECT_GT(plain, 100.0);
+  EXPECT_LT(coarse, plain / 1000.0);
 }
 
 // A backend missing its device still says when it could not serve the batch on any machine

@@ -383,10 +383,14 @@ TEST_F(ValidateTest, NonFinitePositionsMustMatchExactly) {
 TEST_F(ValidateTest, UncheckedRowsAreIgnored) {
   AttentionOutput out = output_of(ref);
   ref.checked[static_cast<size_t>(5) * ref.num_heads + 1] = 0;  // token 5, head 1
-  for (int d = 0; d < ref.head_size_v; ++d) out.o[at(ref, 5, 1, d)] = d % 2 ? 1e9f : std::nanf("");
+  for (int d = 0; d < ref.head_size_v; ++d) out.o[at(ref, 5, 1, d)] = d % 2 ? 1e9f : -3.0f;
   const ValidationResult v = validate_output(b, out, ref, budget);
   EXPECT_TRUE(v.pass) << v.failure;
   EXPECT_EQ(v.elements_checked, (8 * 4 - 1) * 16);
+  // Its values are not compared, but a NaN there is an unwritten row (outputs start NaN-poisoned).
+  out.o[at(ref, 5, 1, 2)] = std::nanf("");
+  EXPECT_FALSE(validate_output(b, out, ref, budget).pass);
+  out.o[at(ref, 5, 1, 2)] = 0.5f;
 
   ReferenceResult none = ref;
   none.checked.assign(none.checked.size(), 0);
@@ -512,6 +516,67 @@ TEST(ValidateStrict, NaiveSameKindOfErrorPassesThreeTimesItFails) {
   EXPECT_EQ(v.failure.rfind("strict", 0), 0u) << v.failure;
   loose.strict = false;
   EXPECT_TRUE(validate_output(b, as_output(b, worse), ref, loose).pass);
+}
+
+// Defect: strict mode's bound (2 x the naive same-precision error) ignored the coarse
+// intermediates an output declares, so an e4m3 P that its budget admits by design (the fp8
+// tensor-core prefill) failed --strict. The bound takes the floor's data-flow factor too.
+TEST(ValidateStrict, CoarseIntermediatesRaiseTheNaiveBoundAsTheyRaiseTheFloor) {
+  const Batch b = small_batch(small_spec(DType::bf16), 21);
+  const ReferenceResult ref = compute_reference(b);
+  Budget strict = default_budget(DType::bf16);
+  strict.strict = true;
+  AttentionOutput e4m3 = as_output(b, ref.o);
+  for (size_t i = 0; i < e4m3.o.size(); ++i)
+    e4m3.o[i] = round_to(DType::fp8_e4m3, static_cast<float>(ref.o[i]));
+  e4m3.coarse_roundings = {DType::fp8_e4m3};
+  const ValidationResult ok = validate_output(b, e4m3, ref, strict);
+  EXPECT_TRUE(ok.pass) << ok.failure;
+  EXPECT_GT(ok.rel_l2, 4 * ok.naive_rel_l2);  // far beyond the bf16 naive error: the bound moved
+  // Three times that error still fails (the floor's rule, before the strict one).
+  AttentionOutput worse = e4m3;
+  for (size_t i = 0; i < worse.o.size(); ++i) worse.o[i] = static_cast<float>(ref.o[i] + 3.0 * (e4m3.o[i] - ref.o[i]));
+  EXPECT_FALSE(validate_output(b, worse, ref, strict).pass);
+}
+
+// Defect: with a [check] sample_pairs, rows outside the sample were never looked at, so a
+// backend that left them unwritten (NaN-poisoned) passed. Every row is scanned for NaN.
+TEST(ValidateSample, UnwrittenRowsOutsideTheSampleFail) {
+  const Batch b = small_batch(small_spec(DType::bf16), 5);
+  ReferenceOptions opts;
+  opts.max_pairs = 3;
+  opts.sample_seed = 5;
+  const ReferenceResult ref = compute_reference(b, opts);
+  ASSERT_LT(ref.pairs_checked, ref.pairs_total);
+  size_t outside = ref.checked.size();
+  for (size_t r = 0; r < ref.checked.size() && outside == ref.checked.size(); ++r)
+    if (!ref.checked[r]) outside = r;
+  ASSERT_LT(outside, ref.checked.size());
+  // The checked rows right, the others some finite value (unchecked rows are not compared).
+  AttentionOutput out = as_output(b, ref.o);
+  for (size_t r = 0; r < ref.checked.size(); ++r)
+    for (int d = 0; d < ref.head_size_v; ++d) {
+      float& x = out.o[r * ref.head_size_v + d];
+      x = ref.checked[r] ? round_to(DType::bf16, x) : 0.25f;
+    }
+  out.lse.assign(ref.lse.size(), 1.0f);
+  for (size_t r = 0; r < ref.checked.size(); ++r)
+    if (ref.checked[r]) out.lse[r] = static_cast<float>(ref.lse[r]);
+  const Budget budget = default_budget(DType::bf16);
+  EXPECT_TRUE(validate_output(b, out, ref, budget).pass);
+
+  AttentionOutput nan_o = out;
+  nan_o.o[outside * ref.head_size_v + 1] = std::numeric_limits<float>::quiet_NaN();
+  ValidationResult v = validate_output(b, nan_o, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.unwritten, 1);
+  EXPECT_NE(v.failure.find("outside the checked sample"), std::string::npos) << v.failure;
+
+  AttentionOutput nan_lse = out;
+  nan_lse.lse[outside] = std::numeric_limits<float>::quiet_NaN();
+  v = validate_output(b, nan_lse, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.unwritten, 1);
 }
 
 TEST(ValidateStrict, NaiveOnlyComputesWantedRows) {
