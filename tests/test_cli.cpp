@@ -314,6 +314,15 @@ TEST_F(CliTest, ValidateThatChecksNothingExitsFour) {
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("nothing was checked: every row was skipped; the first reason: "), std::string::npos)
       << r.output;
+  // A named backend that checked nothing is a gate that checked nothing, even beside a cpu row
+  // that passed (the cpu row used to carry the run to exit 0).
+  r = run_cli("validate " + scenario("quickstart.toml") + " --backend flash_attn,cpu -q");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("nothing was checked on flash_attn, named in --backend"), std::string::npos) << r.output;
+  // `auto` falling back to the cpu backend says so (it used to pick it silently).
+  r = run_cli("validate " + scenario("quickstart.toml") + " -q");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: backend auto -> cpu (passed over flash_attn: "), std::string::npos) << r.output;
 }
 
 // Defect: a scenario's floats were echoed with 17 digits (k_abs = 0.9 as 0.90000000000000002 in

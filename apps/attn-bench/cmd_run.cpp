@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/backend.hpp"
+#include "model/backend_names.hpp"
 #include "cli_common.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -88,10 +89,13 @@ int run_verb(const RunArgs& a) {
 
   std::vector<ResultRow> rows;
   std::vector<DiffEntry> diffs;
+  std::vector<std::string> auto_notes;
   for (const Scenario& s : scenarios) {
     PipelineResult r = run_scenario(s, registry, opts);
     rows.insert(rows.end(), r.rows.begin(), r.rows.end());
     diffs.insert(diffs.end(), r.diffs.begin(), r.diffs.end());
+    for (std::string& n : r.auto_notes)
+      if (std::find(auto_notes.begin(), auto_notes.end(), n) == auto_notes.end()) auto_notes.push_back(std::move(n));
   }
   if (opts.progress && interactive) std::fprintf(stderr, "\r\033[K");
 
@@ -102,6 +106,7 @@ int run_verb(const RunArgs& a) {
       t.rows.push_back({d.scenario, d.a, d.b, fmt::format("{:.3g}", d.max_abs), fmt::format("{:.3g}", d.rel_l2)});
     fmt::print("\nCross-backend agreement\n{}", t.render(Format::table));
   }
+  for (const std::string& n : auto_notes) fmt::print("note: backend {}\n", n);
   for (const ResultRow& r : rows) {
     if (!r.deterministic) fmt::print("note: {} on {}: two runs differ bitwise\n", r.backend, r.scenario);
     if (!r.batch_invariant) {
@@ -143,6 +148,25 @@ int run_verb(const RunArgs& a) {
                                  first->scenario, first->reason.empty() ? "(none given)" : first->reason));
     return kExitNothingChecked;
   }
+  // The same for a backend named on the command line: `--backend flash_attn,cpu` on a machine
+  // whose GPU is gone passes on the cpu rows alone, but what was asked for checked nothing.
+  for (const std::string& name : opts.backends) {
+    if (name == "all" || name == "auto") continue;
+    bool any = false, checked = false;
+    const ResultRow* first = nullptr;
+    for (const ResultRow& r : rows) {
+      if (!same_backend_name(r.backend, name)) continue;
+      any = true;
+      checked = checked || r.status != "skipped";
+      if (!first) first = &r;
+    }
+    if (any && !checked) {
+      fmt::print(stderr, "attn-bench: nothing was checked on {}, named in --backend: every row of it was skipped; "
+                         "the first reason: {}: {}\n",
+                 first->backend, first->scenario, first->reason.empty() ? "(none given)" : first->reason);
+      return kExitNothingChecked;
+    }
+  }
   return kExitOk;
 }
 
@@ -168,7 +192,7 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   auto ra = std::make_shared<RunArgs>();
   auto* run = app.add_subcommand(
       "run", "Check and time backends on scenarios; print a table and write results; exit 4 when every row was "
-             "skipped (nothing checked)");
+             "skipped, or every row of a backend named in --backend (nothing checked)");
   add_common(run, *ra);
   run->add_option("-o,--output", ra->outputs, "Results file(s): .csv or .json (written atomically)");
   run->add_option("--iterations", ra->iterations, "Timed samples (overrides [run] iterations)")->check(at_least(1));
@@ -193,7 +217,8 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   va->validate_only = true;
   auto* val = app.add_subcommand(
       "validate", "CI gate: check backends against the float64 reference; exit 1 on failure, 4 when every row was "
-                  "skipped (nothing checked, e.g. GPU backends on a machine with no usable GPU)");
+                  "skipped, or every row of a backend named in --backend (nothing checked, e.g. GPU backends on a "
+                  "machine with no usable GPU)");
   add_common(val, *va);
   val->add_option("--junit", va->junit, "Write a JUnit XML report for CI systems");
   val->add_option("-o,--output", va->outputs, "Results file(s): .csv or .json");

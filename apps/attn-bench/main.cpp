@@ -14,7 +14,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"attn-bench: correctness and speed of paged-KV attention backends.\n"
                "Exit codes: 0 ok, 1 a check or gate failed, 2 usage or input error, 3 runtime or device error,\n"
-               "4 run or validate checked nothing (every row skipped)."};
+               "4 run or validate checked nothing (every row skipped, or every row of a backend named in\n"
+               "--backend), or report compare compared no row."};
   app.set_version_flag("--version", attn::build_info());
   app.require_subcommand(1);
   attn::cli::Commands cmds;

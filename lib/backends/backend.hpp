@@ -93,7 +93,8 @@ std::vector<std::unique_ptr<Backend>> make_registry();
 // on the host (timed by wall clock): every backend but cpu.
 bool runs_on_device(const Backend& backend);
 // The `auto` choice (BACKGROUND.md, "Attention layer and selector"): the first available
-// backend that supports the batch; nullptr with *why filled when none does.
+// backend that supports the batch; nullptr with *why filled when none does. On success *why holds
+// the backends passed over before it, "flash_attn: no CUDA device; ..." (empty: none).
 const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& registry,
                               const AttentionSpec& spec, const Batch& batch, std::string* why);
 

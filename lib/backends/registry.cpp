@@ -33,7 +33,10 @@ const Backend* select_backend(const std::vector<std::unique_ptr<Backend>>& regis
   for (const auto& backend : registry) {
     Support s = backend->available();
     if (s) s = backend->supports(spec, batch);
-    if (s) return backend.get();
+    if (s) {
+      if (why) *why = reasons;  // the backends passed over, and why
+      return backend.get();
+    }
     if (!reasons.empty()) reasons += "; ";
     reasons += backend->name() + ": " + s.reason;
   }

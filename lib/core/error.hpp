@@ -13,7 +13,8 @@ enum ExitCode : int {
   kExitInput = 2,        // usage or input error: bad scenario, flag, file
   kExitRuntime = 3,      // runtime or device error (CUDA failure, out of memory, no GPU)
   kExitNothingChecked = 4,  // nothing was checked, so a gate that checked nothing never reads as a pass: run / validate
-                            // skipped every row; report compare compared no row for time and found no failure
+                            // skipped every row, or every row of a backend named in --backend; report compare
+                            // compared no row for time and found no failure
 };
 
 // Where bad input was found and what is wrong with it: "file:line: key = value: what (hint)".

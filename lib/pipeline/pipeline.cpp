@@ -163,7 +163,7 @@ std::vector<const Backend*> resolve_backends(const std::vector<std::string>& nam
       std::string why;
       const Backend* be = select_backend(registry, spec, batch, &why);
       if (be == nullptr) throw InputError("no backend supports this batch: " + why);
-      if (auto_note) *auto_note = "auto -> " + be->name();
+      if (auto_note && !why.empty()) *auto_note = fmt::format("auto -> {} (passed over {})", be->name(), why);
       add_once(out, be);
     } else {
       add_once(out, named_backend(n, registry, source));
@@ -362,6 +362,11 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     std::string auto_note;
     const std::vector<const Backend*> backends =
         resolve_backends(selection.names, registry, s.spec, batch, &auto_note, selection.source);
+    // `auto` taking a later backend than the first is said, never silent: on a GPU machine whose
+    // device went missing, the gate would otherwise check the cpu backend and go green.
+    if (!auto_note.empty() &&
+        std::find(result.auto_notes.begin(), result.auto_notes.end(), auto_note) == result.auto_notes.end())
+      result.auto_notes.push_back(auto_note);
 
     // Support is decided first, so a batch no selected backend can run costs no reference.
     std::vector<Support> support;

@@ -39,6 +39,9 @@ struct DiffEntry {
 struct PipelineResult {
   std::vector<ResultRow> rows;
   std::vector<DiffEntry> diffs;
+  // Each distinct resolution of `auto` that passed over a backend: "auto -> cpu (passed over
+  // flash_attn: no CUDA device; ...)".
+  std::vector<std::string> auto_notes;
 };
 
 // Runs one scenario (every batch shape it expands to) on the selected backends.
