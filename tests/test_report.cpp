@@ -546,6 +546,18 @@ TEST(ReportJunit, SuitesCasesFailuresAndSkips) {
   TempDir dir;
   write_junit(dir.file("j.xml"), rows);
   EXPECT_EQ(slurp(dir.file("j.xml")), x);
+
+  // A pass whose data does not exercise a declared feature says so in the testcase (it passed
+  // with no mark, though a bug of that feature would pass too).
+  rows[0].not_exercised = "window";
+  rows[0].sensitivity = "causal=210 window=0.002";
+  const std::string y = rows_to_junit(rows);
+  EXPECT_NE(y.find("name=\"cpu\" time=\"0\">\n      <system-out>note: not exercised by the data (a bug there "
+                   "would move the output by &lt; 4 budgets): window [sensitivity causal=210 window=0.002]"
+                   "</system-out>\n    </testcase>"),
+            std::string::npos)
+      << y;
+  EXPECT_EQ(std::count(y.begin(), y.end(), '<') - std::count(y.begin(), y.end(), '>'), 0);
 }
 
 // ---- compare gate -------------------------------------------------------------------------
