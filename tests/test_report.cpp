@@ -779,6 +779,9 @@ TEST(ReportMarkdown, CpuThroughputKeepsThreeSignificantDigits) {
   // Rounded to fixed places these read 0.0 TFLOP/s and 2 GB/s, as if nothing had run.
   EXPECT_NE(md.find("| 1875.00 | 0.00905 | 2.26 | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 3.46 | 571.1 | 4285 | 91% |"), std::string::npos) << md;
+  // Each timed row's spread and sample count, so two rows' difference can be judged against it.
+  gpu.stdev_time_us = 0.045;
+  EXPECT_NE(results_markdown({gpu}).find("| 91% | ±1.3% of 10 |"), std::string::npos) << results_markdown({gpu});
   EXPECT_EQ(figure_text(0.0123, 1), "0.0123");
   EXPECT_EQ(figure_text(12.345, 1), "12.3");
   EXPECT_EQ(figure_text(0, 0), "0");

@@ -36,6 +36,14 @@ std::string accuracy_text(const ResultRow& r) {
 
 std::string time_text(const ResultRow& r) { return timed(r) ? figure_text(r.median_time_us, 2) : "-"; }
 
+// How far a timed row's samples spread, beside how many there were: a reader judges a difference
+// between two rows against it ("±1.2% of 30"; "of 1" where one sample gives no spread).
+std::string spread_text(const ResultRow& r) {
+  if (!timed(r)) return "-";
+  if (r.samples < 2) return fmt::format("of {}", r.samples);
+  return fmt::format("±{:.1f}% of {}", 100.0 * r.stdev_time_us / r.median_time_us, r.samples);
+}
+
 // The reason a backend was skipped on every one of its rows, if it was, and for one reason only.
 std::optional<std::string> skipped_everywhere(const std::vector<ResultRow>& rows, const std::string& backend) {
   std::optional<std::string> reason;
@@ -106,11 +114,12 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
       const double peak = std::max(r.pct_peak_bw, r.pct_peak_flops);
       t.push_back({r.scenario, r.status, checked(r) ? accuracy_text(r) : "-", time_text(r),
                    timed(r) ? figure_text(r.tflops, 1) : "-", timed(r) ? figure_text(r.tb_per_sec * 1000.0, 0) : "-",
-                   timed(r) && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-", cut(r.reason, 80)});
+                   timed(r) && peak >= 0 ? fmt::format("{:.0f}%", peak) : "-", spread_text(r), cut(r.reason, 80)});
     }
     out += fmt::format("\n### {}\n\n", be);
-    out += markdown_table({"scenario", "status", "accuracy", "median us", "TFLOP/s", "GB/s", "% peak", "reason"}, t,
-                          {false, false, true, true, true, true, true, false});
+    out += markdown_table(
+        {"scenario", "status", "accuracy", "median us", "TFLOP/s", "GB/s", "% peak", "spread (samples)", "reason"}, t,
+        {false, false, true, true, true, true, true, true, false});
   }
   if (!skipped.empty()) out += "\n";
   for (const auto& [reason, names] : skipped)
