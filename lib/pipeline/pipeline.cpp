@@ -485,17 +485,24 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         row.status = to_string(v.pass ? RowStatus::pass : RowStatus::fail);
         row.reason = v.failure;
         // Each feature's bug, checked like an output under this row's budget: the larger of its
-        // rel_l2 over the rel_l2 budget and its worst element over that element's budget.
-        const double l2_budget = budget.max_rel_l2.value_or(budget.k_l2 * v.floor_rel_l2);
-        Budget plain = budget;
-        plain.strict = false;
+        // rel_l2 over the rel_l2 budget and its worst element over that element's budget. A row
+        // computed finer than the model dtype (the cpu backend's fp32) is judged at the model
+        // dtype's budget instead, the one a kernel computing in it gets: the data must be strong
+        // enough for those backends, and against fp32's budget (~150 x tighter) every feature
+        // reads as exercised, so a CPU-only CI would never see data too weak for a GPU backend.
+        Budget judge = budget;
+        const Budget model = apply_overrides(default_budget(s.spec.dtype), s.check);
+        const bool finer = unit_roundoff(budget.precision) < unit_roundoff(model.precision);
+        if (finer) judge = model;
+        judge.strict = false;
         std::string weak;
         for (auto& [f, bugged] : effects) {
           // The bug is judged under this row's own budget, coarse intermediates included (an
           // e4m3 P raises the element bounds as it raises the floor): without them the effect
           // would read up to 16 x larger than what this row's check can see.
           bugged.coarse_roundings = out.coarse_roundings;
-          const ValidationResult e = validate_output(batch, bugged, ref, plain);
+          const ValidationResult e = validate_output(batch, bugged, ref, judge);
+          const double l2_budget = judge.max_rel_l2.value_or(judge.k_l2 * (finer ? e.floor_rel_l2 : v.floor_rel_l2));
           const double sens = std::max(l2_budget > 0 ? e.rel_l2 / l2_budget : HUGE_VAL, e.max_abs_over_budget);
           if (!row.sensitivity.empty()) row.sensitivity += ' ';
           row.sensitivity += fmt::format("{}={:.3g}", to_string(f), sens);
