@@ -254,6 +254,10 @@ class ReferenceRunner {
     for (int i = 0; i < rq.query_len; ++i) {
       for (int d = 0; d < sh_.dqk; ++d) q(i, d) = q_mul * b_.q(req, rq.context_len + i, h, d);
     }
+    // MLA's rotary part dropped: q_pe (the last qk_rope_head_dim columns) as zeros, so q_pe . k_pe
+    // leaves every score, in the up-projected and the absorbed form alike.
+    if (sh_.mla && perturb_ == Perturbation::mla_rope_dropped)
+      q.rightCols(b_.spec.mla.qk_rope_head_dim).setZero();
   }
 
   // k: [span, dqk], v: [span, dv] of kv head kvh, as read back from the cache.
@@ -373,6 +377,7 @@ const char* to_string(Perturbation p) {
     case Perturbation::fp8_scales_ignored: return "fp8_scales";
     case Perturbation::gqa_shifted: return "gqa_map";
     case Perturbation::cascade_block_dropped: return "cascade_split";
+    case Perturbation::mla_rope_dropped: return "mla_rope";
   }
   return "?";
 }

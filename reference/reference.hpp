@@ -22,6 +22,8 @@ enum class Perturbation {
   fp8_scales_ignored,   // the fp8 cache (and a quantized query) read without its scales (as if 1)
   gqa_shifted,          // q head h reads kv head (h / group + 1) % num_kv_heads
   cascade_block_dropped,  // the last block of the shared prefix attended by neither pass
+  mla_rope_dropped,     // MLA: the rotary part of the scores (q_pe . k_pe) left out, the keys read as
+                        // their first kv_lora_rank (or qk_nope) columns only
 };
 const char* to_string(Perturbation p);
 

@@ -45,7 +45,8 @@ bool brute_visible(const Batch& b, int p, int key, int seq_len) {
 // flow: vLLM's MLA data flow (ReferenceOptions::mla_flow_decode_q_len): requests of that query
 // length take q_latent = q_nope W_UK^T rounded to the model dtype against the latent rows, the
 // others the up-projected K (nope part) and V rounded.
-BruteResult brute_force(const Batch& b, std::optional<int> flow = std::nullopt) {
+// drop_rope: MLA's rotary part left out of every score (Perturbation::mla_rope_dropped).
+BruteResult brute_force(const Batch& b, std::optional<int> flow = std::nullopt, bool drop_rope = false) {
   const AttentionSpec& s = b.spec;
   const bool mla = s.use_mla;
   const int hq = s.num_q_heads;
@@ -73,7 +74,7 @@ BruteResult brute_force(const Batch& b, std::optional<int> flow = std::nullopt) 
             for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uk(h, c, d));
             keys[j][d] = up_rounded ? rounded(acc) : acc;
           }
-          for (int d = nope; d < dqk; ++d) keys[j][d] = b.latent(r, j, rank + (d - nope));
+          for (int d = nope; d < dqk; ++d) keys[j][d] = drop_rope ? 0.0 : b.latent(r, j, rank + (d - nope));
           for (int d = 0; d < dv; ++d) {
             double acc = 0;
             for (int c = 0; c < rank; ++c) acc += double(b.latent(r, j, c)) * double(b.w_uv(h, c, d));
@@ -655,8 +656,29 @@ TEST(ReferencePerturbation, NoneAndInapplicableLeaveTheOutputBitwise) {
   const ReferenceResult ref = compute_reference(b);
   for (Perturbation p : {Perturbation::none, Perturbation::window_plus_one, Perturbation::local_chunk_minus_one,
                          Perturbation::softcap_no_tanh, Perturbation::sinks_dropped, Perturbation::alibi_dropped,
-                         Perturbation::fp8_scales_ignored, Perturbation::cascade_block_dropped}) {
+                         Perturbation::fp8_scales_ignored, Perturbation::cascade_block_dropped,
+                         Perturbation::mla_rope_dropped}) {
     EXPECT_EQ(perturbed(b, p).o, ref.o) << to_string(p);
+  }
+}
+
+// MLA's rotary part dropped: the scores lose q_pe . k_pe. Checked against the brute force with
+// k_pe taken as zero (the same scores), in the up-projected form and in the absorbed decode of
+// vLLM's flow alike; a one-key row does not move (its softmax is 1 whatever its score), every
+// other row does.
+TEST(ReferencePerturbation, MlaRopeDroppedLeavesQPeKPeOutOfEveryScore) {
+  const Batch b = batch_of(mla(2), {{0, 1}, {6, 3}, {9, 1}}, 41);
+  for (const std::optional<int> flow : {std::optional<int>{}, std::optional<int>{1}}) {
+    ReferenceOptions o;
+    o.mla_flow_decode_q_len = flow;
+    const ReferenceResult ref = compute_reference(b, o);
+    o.perturbation = Perturbation::mla_rope_dropped;
+    const ReferenceResult bug = compute_reference(b, o);
+    const BruteResult want = brute_force(b, flow, true);
+    EXPECT_LE(max_diff(bug.o, want.o), kTol);
+    EXPECT_LE(max_diff(bug.lse, want.lse), kTol);
+    EXPECT_EQ(row_of(bug, 0, 1), row_of(ref, 0, 1));  // the first request: one key
+    for (int64_t t = 1; t < b.num_tokens(); ++t) EXPECT_NE(row_of(bug, t, 1), row_of(ref, t, 1)) << "token " << t;
   }
 }
 

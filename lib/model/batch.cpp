@@ -231,7 +231,7 @@ HostBytes run_host_bytes(const AttentionSpec& spec, const BatchShape& shape, con
   // generously: causal counts even when every query is a decode).
   const int features = spec.causal() + (spec.sliding_window > 0) + (shape.local_attention_chunk > 0) +
                        (spec.logits_soft_cap > 0) + spec.sinks + spec.alibi + (spec.kv_fp8() || spec.q_fp8()) +
-                       (!spec.use_mla && spec.num_kv_heads > 1) + (shape.shared_prefix_len > 0);
+                       (!spec.use_mla && spec.num_kv_heads > 1) + (shape.shared_prefix_len > 0) + spec.use_mla;
   const double references = spec.use_mla ? 3 : 2;  // the reference, the MLA flow's, one perturbed
   const double backends = static_cast<double>(all_backend_names().size());
   const double per_head = qk * (sizeof(float) + sizeof(double))        // Q: float and model dtype (<= 8 B)

@@ -313,6 +313,7 @@ std::vector<Perturbation> declared_features(const Batch& b) {
   if (kv_scaled || (s.q_fp8() && s.q_scale != 1.0f)) f.push_back(Perturbation::fp8_scales_ignored);
   if (!s.use_mla && s.num_kv_heads > 1) f.push_back(Perturbation::gqa_shifted);
   if (b.shared_prefix_len > 0) f.push_back(Perturbation::cascade_block_dropped);
+  if (s.use_mla) f.push_back(Perturbation::mla_rope_dropped);
   return f;
 }
 
