@@ -163,6 +163,24 @@ TEST(PipelineCheck, SensitivityIsJudgedUnderTheRowsOwnDataFlow) {
   EXPECT_GT(coarse, plain / 30.0);
 }
 
+// Under --strict a feature the data does not exercise fails the row, and the reason says which
+// budget it was judged at: a cpu row is judged at the model dtype's (bf16 here), not its own fp32.
+TEST(PipelineCheck, StrictFailsDataThatDoesNotExerciseAFeature) {
+  Scenario sc = scenario_from_cli("llama3-8b", "1x8@40", 3);
+  sc.spec.sliding_window = 4096;  // far beyond every sequence: a window off by one changes nothing
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  PipelineOptions o = check_only("cpu");
+  EXPECT_EQ(run_scenario(sc, registry, o).rows.at(0).status, "pass");
+  o.strict = true;
+  const ResultRow r = run_scenario(sc, registry, o).rows.at(0);
+  EXPECT_EQ(r.status, "fail");
+  EXPECT_EQ(r.not_exercised, "window");
+  EXPECT_NE(r.reason.find("features not exercised by this batch's data: window; first: window ("), std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find(" x the bf16 budget), below 4"), std::string::npos) << r.reason;
+}
+
 // A backend missing its device still says when it could not serve the batch on any machine
 // (FLASHMLA on a non-MLA layer: "MLA only", not "no GPU"); the device's reason stands where the
 // batch is one it serves, or where supports() cannot answer without the device.

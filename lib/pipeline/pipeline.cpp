@@ -510,7 +510,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
           if (sens < kMinSensitivity) {
             if (!row.not_exercised.empty()) row.not_exercised += ' ';
             row.not_exercised += to_string(f);
-            if (weak.empty()) weak = fmt::format("{} ({:.2g} x the budget)", to_string(f), sens);
+            if (weak.empty()) weak = fmt::format("{} ({:.2g} x the {} budget)", to_string(f), sens, to_string(judge.precision));
           }
         }
         if (v.pass && !weak.empty() && (budget.strict || s.check.require_sensitivity)) {
