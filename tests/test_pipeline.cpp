@@ -36,19 +36,24 @@ class FirstRunOnlyInstance : public BackendInstance {
   int runs_ = 0;
 };
 
-class FirstRunOnlyBackend : public Backend {
+// The cpu backend under another name, its instances wrapped in Instance (a planted fault).
+template <class Instance>
+class WrappedCpuBackend : public Backend {
  public:
-  std::string name() const override { return "first_run_only"; }
-  std::string description() const override { return "cpu, computing on its first run only"; }
+  WrappedCpuBackend(std::string name, std::string description)
+      : name_(std::move(name)), description_(std::move(description)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_; }
   std::vector<std::string> features() const override { return {}; }
   Support available() const override { return inner_->available(); }
   Support supports(const AttentionSpec& spec, const Batch& batch) const override { return inner_->supports(spec, batch); }
   std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
                                           const RunOptions& opts) const override {
-    return std::make_unique<FirstRunOnlyInstance>(inner_->create(batch, m, opts));
+    return std::make_unique<Instance>(inner_->create(batch, m, opts));
   }
 
  private:
+  std::string name_, description_;
   std::unique_ptr<Backend> inner_ = make_cpu_backend();
 };
 
@@ -92,22 +97,6 @@ class CoarseInstance : public BackendInstance {
   std::unique_ptr<BackendInstance> inner_;
 };
 
-class CoarseBackend : public Backend {
- public:
-  std::string name() const override { return "coarse"; }
-  std::string description() const override { return "cpu, declaring an e4m3 intermediate"; }
-  std::vector<std::string> features() const override { return {}; }
-  Support available() const override { return inner_->available(); }
-  Support supports(const AttentionSpec& spec, const Batch& batch) const override { return inner_->supports(spec, batch); }
-  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
-                                          const RunOptions& opts) const override {
-    return std::make_unique<CoarseInstance>(inner_->create(batch, m, opts));
-  }
-
- private:
-  std::unique_ptr<Backend> inner_ = make_cpu_backend();
-};
-
 PipelineOptions check_only(const std::string& backend) {
   PipelineOptions o;
   o.backends = {backend};
@@ -121,7 +110,7 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
   std::vector<std::unique_ptr<Backend>> registry;
   registry.push_back(make_cpu_backend());
-  registry.push_back(std::make_unique<FirstRunOnlyBackend>());
+  registry.push_back(std::make_unique<WrappedCpuBackend<FirstRunOnlyInstance>>("first_run_only", "cpu, computing on its first run only"));
 
   const PipelineResult clean = run_scenario(sc, registry, check_only("cpu"));
   ASSERT_EQ(clean.rows.size(), 1u);
@@ -147,7 +136,8 @@ TEST(PipelineCheck, SensitivityIsJudgedUnderTheRowsOwnDataFlow) {
   const Scenario sc = scenario_from_cli("llama3-8b", "1x16@40", 3);
   std::vector<std::unique_ptr<Backend>> registry;
   registry.push_back(make_cpu_backend());
-  registry.push_back(std::make_unique<CoarseBackend>());
+  registry.push_back(
+      std::make_unique<WrappedCpuBackend<CoarseInstance>>("coarse", "cpu, declaring an e4m3 intermediate"));
   auto causal_of = [&](const std::string& backend) {
     const PipelineResult r = run_scenario(sc, registry, check_only(backend));
     EXPECT_EQ(r.rows.at(0).status, "pass") << r.rows.at(0).reason;
