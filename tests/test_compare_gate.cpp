@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "report/compare.hpp"
+#include "report/text.hpp"
 #include "report/markdown.hpp"
 #include "report/results.hpp"
 #include "run_cli.hpp"

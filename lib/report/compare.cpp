@@ -6,6 +6,7 @@
 // the same work with the same status rank are compared for time: a 5-request batch against a
 // 3-request one under one name is a misconfigured gate, not a speed-up.
 #include "report/compare.hpp"
+#include "report/text.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -107,7 +108,6 @@ double pair_noise(const ResultRow& a, const ResultRow& b) {
 
 }  // namespace
 
-std::string count_of(int n, const std::string& noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 std::string measured_work_differs(const ResultRow& a, const ResultRow& b) {
   if (a.num_q_heads == 0 || b.num_q_heads == 0) return "";

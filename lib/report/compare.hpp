@@ -114,8 +114,6 @@ std::string format_compare(const CompareReport& report);
 // the device warning line, if any (format_compare and the markdown form share them).
 std::vector<std::string> compare_provenance_lines(const CompareReport& report);
 std::string compare_device_warning(const CompareReport& report);  // "" when the devices agree
-// "1 row", "2 rows".
-std::string count_of(int n, const std::string& noun);
 // The same table's header and cells (format_compare and the markdown form share them), and which
 // of its columns hold numbers (right-aligned).
 std::vector<std::string> compare_headers();

@@ -6,7 +6,7 @@
 
 #include "report/compare.hpp"
 #include "report/results.hpp"
-#include "report/text.hpp"  // figure_text
+#include "report/text.hpp"  // figure_text, count_of
 
 namespace attn {
 

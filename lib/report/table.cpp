@@ -96,6 +96,8 @@ std::array<std::string, kTableColumns.size()> cells_of(const ResultRow& r) {
 
 }  // namespace
 
+std::string count_of(int n, std::string_view noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+
 std::string figure_text(double v, int decimals) {
   return std::abs(v) >= 10 ? fmt::format("{:.{}f}", v, decimals) : fmt::format("{:.3g}", v);
 }

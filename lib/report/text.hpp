@@ -13,5 +13,7 @@ void append_json_string(std::string& out, std::string_view s);
 // A measured figure for reading: `decimals` places at 10 and above (571.1 TFLOP/s, 4285 GB/s),
 // 3 significant digits below, so a CPU row's 0.00905 TFLOP/s or 2.26 GB/s does not round to 0.
 std::string figure_text(double v, int decimals);
+// A count with its noun: "1 row", "2 rows".
+std::string count_of(int n, std::string_view noun);
 
 }  // namespace attn
