@@ -103,6 +103,34 @@ TEST_F(CliTest, DescribeScenarioAndCompactSpec) {
   EXPECT_NE(r.output.find(",false,"), std::string::npos) << r.output;  // cascade: no (a CSV boolean)
 }
 
+// --set changes a key of every scenario given, file or quick batch, before any check; each takes one
+// KEY=VALUE, so a scenario file after it stays a scenario; a bad one exits 2 naming --set.
+TEST_F(CliTest, SetOverridesAScenarioKey) {
+  Result r = run_cli("describe --set model.kv_cache_dtype=fp8_e4m3 " + scenario("quickstart.toml") +
+                     " --set batch.requests.0.count=2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("quickstart[model.kv_cache_dtype=fp8_e4m3,batch.requests[0].count=2]"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("kv_cache=fp8_e4m3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("requests    4  (3 decodes"), std::string::npos) << r.output;  // 2 + 1 decodes (was 3 + 1)
+  r = run_cli("run --model llama3-8b --batch 2x1@64 --set model.block_size=32 --set run.iterations=2 --backend cpu -q -o " +
+              (dir_ / "set.csv").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<attn::ResultRow> rows = attn::read_csv((dir_ / "set.csv").string());
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].scenario, "llama3-8b:2x1@64[model.block_size=32,run.iterations=2]");
+  EXPECT_EQ(rows[0].block_size, 32);
+  EXPECT_EQ(rows[0].iterations, 2);
+  r = run_cli("validate " + scenario("quickstart.toml") + " --set model.kv_cache_dtyp=fp8_e4m3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--set (" + scenario("quickstart.toml") + "): model.kv_cache_dtyp = \"fp8_e4m3\": unknown key"),
+            std::string::npos)
+      << r.output;
+  r = run_cli("describe " + scenario("quickstart.toml") + " --set model.block_size");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--set: model.block_size: expected KEY=VALUE"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, BadInputIsExitTwoNamingFileLineKey) {
   Result r = run_cli("describe " + (dir_ / "missing.toml").string());
   EXPECT_EQ(r.code, 2);

@@ -1189,5 +1189,162 @@ TEST(ScenarioShipped, FilesExerciseWhatTheySay) {
   EXPECT_EQ(tb.step, t.batch.trace.step);
 }
 
+
+// ---- --set overrides -------------------------------------------------------------------------
+
+std::vector<ScenarioOverride> sets(std::initializer_list<const char*> texts) {
+  std::vector<ScenarioOverride> out;
+  for (const char* t : texts) out.push_back(parse_override(t));
+  return out;
+}
+
+// The site of the InputError that f throws (a test failure when it throws none).
+std::optional<InputSite> site_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    EXPECT_TRUE(e.site().has_value()) << e.what();
+    EXPECT_EQ(std::string(e.what()), e.site() ? input_error_message(*e.site()) : std::string());
+    return e.site();
+  }
+  ADD_FAILURE() << "no InputError";
+  return std::nullopt;
+}
+
+TEST(ScenarioOverrides, KeysAreDottedWithIndicesInBrackets) {
+  const ScenarioOverride a = parse_override("batch.requests.1.count=8");
+  EXPECT_EQ(a.key, "batch.requests[1].count");
+  EXPECT_EQ(a.value, "8");
+  EXPECT_EQ(parse_override(" model.block_size = 32 ").text(), "model.block_size=32");
+  EXPECT_EQ(parse_override("batch.requests[0].query_len=1").key, "batch.requests[0].query_len");
+  EXPECT_EQ(parse_override("name=\"a=b\"").value, "\"a=b\"");  // the first '=' splits
+  for (const char* bad : {"no_equals", "=1", "a..b=1", "a.=1", ".a=1", "0.a=1", "a[x]=1", "a[1=1", "a]b=1",
+                          "model.kv cache=1", "model.block_size=", "a.b[2]c=1"}) {
+    const auto site = site_of([&] { (void)parse_override(bad); });
+    ASSERT_TRUE(site.has_value()) << bad;
+    EXPECT_EQ(site->file, "--set") << bad;
+    EXPECT_EQ(site->key, bad);
+    EXPECT_FALSE(site->what.empty()) << bad;
+  }
+}
+
+// Each override lands on the key it names, as if the file had said it: a value of any TOML type, a
+// bare word as a string, a table the file lacks, an element of [[batch.requests]]; a later override
+// of the same key wins, and the name says what was changed.
+TEST(ScenarioOverrides, ChangeTheScenarioAsTheFileWould) {
+  const std::string text = "name = \"base\"\n[model]\npreset = \"llama3-8b\"\n" + kOneDecode +
+                           "[[batch.requests]]\ncount = 1\ncontext_len = 16\nquery_len = 32\n";
+  const Scenario plain = parse_scenario(text, "s.toml");
+  EXPECT_EQ(plain.name, "base");
+  EXPECT_TRUE(plain.overrides.empty());
+  const Scenario s = parse_scenario(
+      text, "s.toml", ".",
+      sets({"model.kv_cache_dtype=fp8_e4m3", "model.block_size=32", "check.k_l2=1.25", "batch.requests.1.query_len=48",
+            "run.backends=[\"cpu\"]", "run.iterations=3", "run.iterations=4", "data.logit_std=2"}));
+  EXPECT_EQ(s.spec.kv_cache_dtype, DType::fp8_e4m3);
+  EXPECT_EQ(s.spec.block_size, 32);
+  EXPECT_EQ(s.spec.num_q_heads, 32);  // the preset's, untouched
+  ASSERT_TRUE(s.check.k_l2.has_value());
+  EXPECT_DOUBLE_EQ(*s.check.k_l2, 1.25);
+  ASSERT_EQ(s.batch.groups.size(), 2u);
+  EXPECT_EQ(s.batch.groups[0].query_len, 1);
+  EXPECT_EQ(s.batch.groups[1].query_len, 48);
+  EXPECT_EQ(s.run.backends, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(s.run.iterations, 4);
+  ASSERT_TRUE(s.data.logit_std.has_value());
+  EXPECT_DOUBLE_EQ(*s.data.logit_std, 2.0);
+  EXPECT_EQ(s.overrides.size(), 8u);
+  EXPECT_EQ(s.name,
+            "base[model.kv_cache_dtype=fp8_e4m3,model.block_size=32,check.k_l2=1.25,batch.requests[1].query_len=48,"
+            "run.backends=[\"cpu\"],run.iterations=3,run.iterations=4,data.logit_std=2]");
+  // The quoted string, and a whole inline table.
+  EXPECT_EQ(parse_scenario(text, "s.toml", ".", sets({"description=\"two words\""})).description, "two words");
+  const Scenario r = parse_scenario("[model]\npreset = \"llama3-8b\"\n[batch.random]\nnum_requests = 3\n"
+                                    "context_len = { dist = \"fixed\", value = 10 }\nquery_len = { dist = \"fixed\", value = 1 }\n",
+                                    "r.toml", ".", sets({"batch.random.context_len={ dist = \"uniform\", min = 5, max = 9 }"}));
+  EXPECT_EQ(r.batch.random.context_len.kind, LengthDist::Kind::uniform);
+  EXPECT_EQ(r.batch.random.context_len.max, 9);
+}
+
+// An error about an overridden key names --set, not a line of the file; one about another key keeps
+// its line and says which overrides the file was read with.
+TEST(ScenarioOverrides, ErrorsNameTheOverride) {
+  const std::string text = "[model]\npreset = \"llama3-8b\"\n" + kOneDecode;
+  auto parse = [&](std::initializer_list<const char*> o) { return [&, o] { (void)parse_scenario(text, "s.toml", ".", sets(o)); }; };
+  struct Case {
+    const char* set;
+    const char* key;
+    const char* what;
+  };
+  for (const Case& c : {Case{"model.kv_cache_dtype=fp8_e4m5", "model.kv_cache_dtype", "unknown kv cache dtype"},
+                        Case{"model.kv_cache_dtyp=fp8_e4m3", "model.kv_cache_dtyp", "unknown key"},
+                        Case{"run.iterations=0", "run.iterations", "must be >= 1"},
+                        Case{"run.iterations=many", "run.iterations", "expected an integer"},
+                        Case{"batch.requests[3].count=1", "batch.requests[3].count", "has 1 element"},
+                        Case{"model.preset.x=1", "model.preset.x", "is not a table"},
+                        Case{"batch.requests[0].count.x=1", "batch.requests[0].count.x", "is not a table"},
+                        Case{"run.backends[0]=\"cpu\"", "run.backends[0]", "is not in the scenario"},
+                        Case{"model.scale=1.5x", "model.scale", "not a TOML value"},
+                        Case{"checks.k_l2=2", "checks", "unknown key"}}) {
+    const auto site = site_of(parse({c.set}));
+    ASSERT_TRUE(site.has_value()) << c.set;
+    EXPECT_EQ(site->file, "--set (s.toml)") << c.set;
+    EXPECT_EQ(site->line, 0) << c.set;
+    EXPECT_EQ(site->key, c.key) << c.set;
+    EXPECT_NE(site->what.find(c.what), std::string::npos) << c.set << ": " << site->what;
+  }
+  // num_kv_heads = 3 does not divide the preset's 32 query heads: the error is the override's.
+  auto site = site_of(parse({"model.num_kv_heads=3"}));
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->file, "--set (s.toml)");
+  // An error at a line of the file, caused by an override elsewhere, keeps its line and names the override.
+  site = site_of([&] {
+    (void)parse_scenario("[model]\npreset = \"llama3-8b\"\n[batch]\nlocal_attention_chunk = 64\n" + kOneDecode, "c.toml",
+                         ".", sets({"model.block_size=48"}));
+  });
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->file, "c.toml");
+  EXPECT_EQ(site->line, 4);
+  EXPECT_NE(site->hint.find("read with --set model.block_size=48"), std::string::npos) << site->hint;
+}
+
+// `--model P --batch SPEC --set ...` is the file that the quick batch stands for, overridden: without
+// a change that matters, the same scenario as the quick batch's own (the preset's local chunk, the
+// seed past 2^63 included).
+TEST(ScenarioOverrides, QuickBatchesTakeThemToo) {
+  const uint64_t seed = 18446744073709551615ull;
+  const Scenario a = scenario_from_cli("llama4-scout", "2x16@8000,3x1@100", seed);
+  const Scenario b = scenario_from_cli("llama4-scout", "2x16@8000,3x1@100", seed, sets({"run.iterations=7"}));
+  EXPECT_EQ(b.name, "llama4-scout:2x16@8000,3x1@100[run.iterations=7]");
+  EXPECT_EQ(b.file, "<cli>");
+  EXPECT_EQ(b.seed, seed);
+  EXPECT_EQ(b.preset, a.preset);
+  EXPECT_EQ(b.run.iterations, 7);
+  EXPECT_EQ(a.run.iterations, 50);
+  EXPECT_EQ(b.spec.num_q_heads, a.spec.num_q_heads);
+  EXPECT_EQ(b.spec.num_kv_heads, a.spec.num_kv_heads);
+  EXPECT_EQ(b.spec.head_size_qk, a.spec.head_size_qk);
+  EXPECT_EQ(b.spec.dtype, a.spec.dtype);
+  EXPECT_EQ(b.spec.kv_cache_dtype, a.spec.kv_cache_dtype);
+  EXPECT_FLOAT_EQ(b.spec.scale, a.spec.scale);
+  EXPECT_EQ(b.spec.block_size, a.spec.block_size);
+  EXPECT_EQ(b.batch.local_attention_chunk, 8192);
+  EXPECT_EQ(b.batch.local_attention_chunk, a.batch.local_attention_chunk);
+  ASSERT_EQ(b.batch.groups.size(), a.batch.groups.size());
+  for (size_t i = 0; i < a.batch.groups.size(); ++i) {
+    EXPECT_EQ(b.batch.groups[i].count, a.batch.groups[i].count);
+    EXPECT_EQ(b.batch.groups[i].context_len, a.batch.groups[i].context_len);
+    EXPECT_EQ(b.batch.groups[i].query_len, a.batch.groups[i].query_len);
+  }
+  EXPECT_EQ(b.batch.origin.size_key, "--batch");
+  EXPECT_EQ(scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"seed=5"})).seed, 5u);
+  const Scenario f = scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"model.kv_cache_dtype=fp8_e5m2"}));
+  EXPECT_EQ(f.spec.kv_cache_dtype, DType::fp8_e5m2);
+  const auto site = site_of([] { (void)scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"model.block_size=0"})); });
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->file, "--set (<cli>)");
+  EXPECT_EQ(site->key, "model.block_size");
+}
+
 }  // namespace
 }  // namespace attn

@@ -30,15 +30,24 @@ void ScenarioArgs::add_to(CLI::App& cmd) {
            seed_set = true;
          },
          "Override the scenario seed (an integer in [0, 2^64))");
+  // One KEY=VALUE per --set: a vector option would also take the scenario files after it.
+  cmd.add_option("--set", sets,
+                 "Change a scenario key for this run, e.g. --set model.kv_cache_dtype=fp8_e4m3 --set "
+                 "batch.requests[0].count=8 (repeatable; any key of docs/SCENARIOS.md, dotted; the value is TOML, a "
+                 "bare word a string); the scenario's name then ends in [KEY=VALUE,...]")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
 }
 
 std::vector<Scenario> ScenarioArgs::load() const {
   std::vector<Scenario> out;
+  std::vector<ScenarioOverride> overrides;
+  for (const std::string& text : sets) overrides.push_back(parse_override(text));
   if (!model.empty() || !batch.empty()) {
     if (model.empty() || batch.empty()) throw InputError("--model and --batch go together (e.g. --model llama3-8b --batch 64x1@4096)");
-    out.push_back(scenario_from_cli(model, batch, seed));
+    out.push_back(scenario_from_cli(model, batch, seed, overrides));
   }
-  for (const std::string& f : files) out.push_back(load_scenario(f));
+  for (const std::string& f : files) out.push_back(load_scenario(f, overrides));
   if (out.empty()) throw InputError("no scenario given: pass scenario files or --model PRESET --batch SPEC");
   if (seed_set)
     for (Scenario& s : out) s.seed = seed;

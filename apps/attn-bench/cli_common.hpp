@@ -18,6 +18,7 @@ struct ScenarioArgs {
   std::string batch;
   uint64_t seed = 0;
   bool seed_set = false;
+  std::vector<std::string> sets;  // --set KEY=VALUE, each applied to every scenario (ScenarioOverride)
   void add_to(CLI::App& cmd);
   std::vector<Scenario> load() const;  // InputError on bad input or when none is given
   // InputError naming both arguments when two of load()'s scenarios have one name: their rows

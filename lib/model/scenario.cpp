@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "model/backend_names.hpp"
+#include "model/scenario_overrides.hpp"
 #include "model/toml_value_text.hpp"
 
 namespace attn {
@@ -36,7 +37,11 @@ struct Where {
   throw InputError(InputSite{file, w.line, w.key, w.value, what, hint});
 }
 
-long line_of(const toml::source_region& r) { return static_cast<long>(r.begin.line); }
+// A node's line in the file; 0 for a value that --set put there (its text is not the file's).
+long line_of(const toml::source_region& r) {
+  if (r.path != nullptr && *r.path == kOverrideSource) return 0;
+  return static_cast<long>(r.begin.line);
+}
 
 // A value as it reads in the file; long values (big tables) are cut short.
 std::string value_text(const toml::node& n) {
@@ -866,16 +871,10 @@ void parse_check(const std::string& file, const toml::table* tbl, CheckConfig& c
 
 }  // namespace
 
-Scenario parse_scenario(std::string_view toml_text, const std::string& source_name, const std::string& base_dir) {
+namespace {
+
+Scenario scenario_from_table(const toml::table& root, const std::string& source_name, const std::string& base_dir) {
   const std::string& file = source_name;
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, std::string_view(source_name));
-  } catch (const toml::parse_error& e) {
-    const toml::source_region& r = e.source();
-    throw InputError(InputSite{file, line_of(r), {}, {}, "TOML syntax error: " + std::string(e.description()),
-                                         "at column " + std::to_string(r.begin.column)});
-  }
   Scenario s;
   s.file = source_name;
   const Section top(file, root, "", {"name", "description", "seed", "model", "batch", "run", "check", "data"});
@@ -897,7 +896,34 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& source_na
   return s;
 }
 
-Scenario load_scenario(const std::string& path) {
+}  // namespace
+
+Scenario parse_scenario(std::string_view toml_text, const std::string& source_name, const std::string& base_dir,
+                        const std::vector<ScenarioOverride>& overrides) {
+  const std::string& file = source_name;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    const toml::source_region& r = e.source();
+    throw InputError(InputSite{file, line_of(r), {}, {}, "TOML syntax error: " + std::string(e.description()),
+                                         "at column " + std::to_string(r.begin.column)});
+  }
+  if (overrides.empty()) return scenario_from_table(root, source_name, base_dir);
+  apply_overrides(root, overrides, file);
+  Scenario s;
+  try {
+    s = scenario_from_table(root, source_name, base_dir);
+  } catch (const InputError& e) {
+    if (!e.site()) throw;
+    throw InputError(override_error_site(*e.site(), overrides, file));
+  }
+  s.name += override_suffix(overrides);
+  s.overrides = overrides;
+  return s;
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<ScenarioOverride>& overrides) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     throw InputError(InputSite{path, 0, {}, {}, "cannot read the scenario file",
@@ -908,7 +934,7 @@ Scenario load_scenario(const std::string& path) {
   if (!in.good() && !in.eof()) throw InputError(InputSite{path, 0, {}, {}, "cannot read the scenario file"});
   std::string base = fs::path(path).parent_path().string();
   if (base.empty()) base = ".";
-  return parse_scenario(text.str(), path, base);
+  return parse_scenario(text.str(), path, base, overrides);
 }
 
 }  // namespace attn

@@ -120,6 +120,18 @@ struct CheckConfig {  // unset = the dtype default of DESIGN.md
   int64_t sample_pairs = 0;  // check at most this many (request, head) pairs; 0 = all
 };
 
+// One `--set KEY=VALUE` of run, validate and describe: a key of the scenario file, dotted
+// (model.kv_cache_dtype, check.k_l2, batch.requests[0].count, also written batch.requests.0.count),
+// and its value as TOML text, where a bare word (fp8_e4m3) is a string. It is applied to the file's
+// TOML before any check (model/scenario_overrides.cpp), so the scenario obeys every rule a file does.
+struct ScenarioOverride {
+  std::string key;    // normalized: array indices in brackets
+  std::string value;  // as given
+  std::string text() const { return key + "=" + value; }
+};
+// "KEY=VALUE" -> ScenarioOverride; a malformed one is an InputError naming --set.
+ScenarioOverride parse_override(std::string_view text);
+
 struct Scenario {
   std::string file;  // path it was read from ("<cli>" for --model/--batch)
   std::string name;
@@ -131,15 +143,19 @@ struct Scenario {
   RunConfig run;
   CheckConfig check;
   DataConfig data;
+  // The --set overrides it was made with. Its name then ends in them, "quickstart[k=v,k=v]", so
+  // that its result rows never pass for the unmodified scenario's (report compare pairs rows by it).
+  std::vector<ScenarioOverride> overrides;
 };
 
-Scenario load_scenario(const std::string& path);
+Scenario load_scenario(const std::string& path, const std::vector<ScenarioOverride>& overrides = {});
 Scenario parse_scenario(std::string_view toml_text, const std::string& source_name,
-                        const std::string& base_dir = ".");
+                        const std::string& base_dir = ".", const std::vector<ScenarioOverride>& overrides = {});
 // The compact spec "48x1@2048,2x512@1024" (count x query_len @ context_len).
 std::vector<RequestGroup> parse_batch_spec(std::string_view spec);
 // A scenario from `--model PRESET --batch SPEC` (file = "<cli>").
-Scenario scenario_from_cli(const std::string& preset, const std::string& batch_spec, uint64_t seed = 0);
+Scenario scenario_from_cli(const std::string& preset, const std::string& batch_spec, uint64_t seed = 0,
+                           const std::vector<ScenarioOverride>& overrides = {});
 
 // One concrete batch shape of a scenario (a trace with step = "all" gives many).
 struct BatchShape {

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/scenario.hpp"
+#include "model/scenario_overrides.hpp"
 
 namespace attn {
 namespace {
@@ -64,7 +65,22 @@ std::vector<RequestGroup> parse_batch_spec(std::string_view spec) {
   return groups;
 }
 
-Scenario scenario_from_cli(const std::string& preset, const std::string& batch_spec, uint64_t seed) {
+namespace {
+
+// The scenario file that `--model PRESET --batch SPEC` stands for, so that --set overrides apply
+// to it as to a file (the seed stays out: the CLI's reaches 2^64, a file's 2^63).
+std::string cli_scenario_text(const std::string& preset, const std::vector<RequestGroup>& groups) {
+  std::string t = "[model]\npreset = \"" + preset + "\"\n";
+  for (const RequestGroup& g : groups)
+    t += "[[batch.requests]]\ncount = " + std::to_string(g.count) + "\ncontext_len = " + std::to_string(g.context_len) +
+         "\nquery_len = " + std::to_string(g.query_len) + "\n";
+  return t;
+}
+
+}  // namespace
+
+Scenario scenario_from_cli(const std::string& preset, const std::string& batch_spec, uint64_t seed,
+                           const std::vector<ScenarioOverride>& overrides) {
   const ModelPreset* p = find_preset(preset);
   if (p == nullptr) {
     std::string names;
@@ -72,14 +88,30 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
     throw InputError(InputSite{kCli, 0, "--model", preset, "unknown model preset", "one of: " + names});
   }
   Scenario s;
+  if (overrides.empty()) {
+    s.spec = p->spec;  // presets carry a resolved scale
+    s.batch.source = BatchSource::groups;
+    s.batch.groups = parse_batch_spec(batch_spec);
+    s.batch.local_attention_chunk = p->local_attention_chunk;
+  } else {
+    try {
+      s = parse_scenario(cli_scenario_text(p->name, parse_batch_spec(batch_spec)), kCli, ".", overrides);
+    } catch (const InputError& e) {
+      // Lines of the text above mean nothing to the user, and its requests are the --batch spec.
+      if (!e.site() || e.site()->file != kCli) throw;
+      InputSite site = *e.site();
+      site.line = 0;
+      if (site.key.rfind("batch.requests", 0) == 0) site.key = "--batch", site.value = batch_spec;
+      throw InputError(site);
+    }
+    if (std::none_of(overrides.begin(), overrides.end(), [](const ScenarioOverride& o) { return o.key == "seed"; }))
+      s.seed = seed;
+    s.batch.origin.lines.clear();  // lines of the text above
+  }
   s.file = kCli;
-  s.name = preset + ":" + batch_spec;
-  s.seed = seed;
+  s.name = preset + ":" + batch_spec + override_suffix(overrides);
+  if (overrides.empty()) s.seed = seed;
   s.preset = p->name;
-  s.spec = p->spec;  // presets carry a resolved scale
-  s.batch.source = BatchSource::groups;
-  s.batch.groups = parse_batch_spec(batch_spec);
-  s.batch.local_attention_chunk = p->local_attention_chunk;
   s.batch.origin.size_key = "--batch";  // errors about the batch's size name the spec
   s.batch.origin.size_value = batch_spec;
   return s;
