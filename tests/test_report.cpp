@@ -20,6 +20,7 @@
 #include "report/markdown.hpp"
 #include "report/merge.hpp"
 #include "report/results.hpp"
+#include "report/side_by_side.hpp"
 
 namespace attn {
 namespace {
@@ -785,6 +786,45 @@ TEST(ReportMarkdown, CpuThroughputKeepsThreeSignificantDigits) {
   EXPECT_EQ(figure_text(0.0123, 1), "0.0123");
   EXPECT_EQ(figure_text(12.345, 1), "12.3");
   EXPECT_EQ(figure_text(0, 0), "0");
+}
+
+// Backends side by side: on each batch that two or more backends timed and passed, each one's
+// median over the fastest one's; a difference within the quieter row's noise is marked, a row that
+// did not pass shows its status, and a batch with one timed row is left out.
+TEST(ReportSideBySide, RatiosToTheFastestBackendPerBatch) {
+  ResultRow fa = timed("mixed", "flash_attn", 100.0);
+  ResultRow fi = timed("mixed", "flashinfer", 137.0);
+  ResultRow cpu = timed("mixed", "cpu", 25000.0);
+  ResultRow fa2 = timed("decode", "flash_attn", 50.5);
+  fa2.stdev_time_us = 1.0;  // 2 % noise
+  ResultRow fi2 = timed("decode", "flashinfer", 50.0);
+  fi2.stdev_time_us = 1.5;
+  ResultRow fa3 = timed("alone", "flash_attn", 10.0);
+  ResultRow fi3 = timed("alone", "flashinfer", 0, "skipped");
+  ResultRow fa4 = timed("wrong", "flash_attn", 5.0, "fail");
+  ResultRow fi4 = timed("wrong", "flashinfer", 9.0);
+  ResultRow cpu4 = timed("wrong", "cpu", 900.0);
+  const SideBySide s = side_by_side({fa, fi, cpu, fa2, fi2, fa3, fi3, fa4, fi4, cpu4});
+  EXPECT_EQ(s.backends, (std::vector<std::string>{"flash_attn", "flashinfer", "cpu"}));
+  ASSERT_EQ(s.lines.size(), 3u);  // "alone" has one timed row
+  EXPECT_EQ(s.lines[0].batch, "mixed");
+  EXPECT_EQ(s.lines[0].fastest, "flash_attn");
+  EXPECT_DOUBLE_EQ(s.lines[0].fastest_us, 100.0);
+  EXPECT_EQ(s.lines[0].cells, (std::vector<std::string>{"1.00", "1.37", "250"}));
+  EXPECT_EQ(s.lines[1].fastest, "flashinfer");
+  EXPECT_EQ(s.lines[1].cells, (std::vector<std::string>{"~1.01", "1.00", "-"}));  // 1 % < min(2 %, 3 %)
+  // The failing row's 5 us is not a speed: the fastest that passed is flashinfer's.
+  EXPECT_EQ(s.lines[2].fastest, "flashinfer");
+  EXPECT_EQ(s.lines[2].cells, (std::vector<std::string>{"fail", "1.00", "100"}));
+  const std::string text = side_by_side_text(s);
+  EXPECT_NE(text.find("batch   fastest     median_us  flash_attn  flashinfer  cpu"), std::string::npos) << text;
+  EXPECT_NE(text.find("mixed   flash_attn     100.00        1.00        1.37  250"), std::string::npos) << text;
+  EXPECT_TRUE(side_by_side({fa3, fi3}).lines.empty());
+  EXPECT_EQ(side_by_side_text(side_by_side({fa3, fi3})), "");
+  const std::string md = results_markdown({fa, fi, cpu});
+  EXPECT_NE(md.find("### Backends side by side"), std::string::npos) << md;
+  EXPECT_NE(md.find("| mixed | flash_attn | 100.00 | 1.00 | 1.37 | 250 |"), std::string::npos) << md;
+  EXPECT_EQ(results_markdown({fa3, fi3}).find("side by side"), std::string::npos);
 }
 
 TEST(ReportMarkdown, HeaderNamesOnlyTheBuildAndDeviceThatAreKnown) {

@@ -204,7 +204,7 @@ void add_report(CLI::App& app, Commands& c) {
   cmp->callback([&c, a] { c.selected = [a] { return run_compare(*a); }; });
 
   auto* md = report->add_subcommand(
-      "markdown", "Markdown summary of a results CSV: counts, a table per backend, slowest and least accurate rows");
+      "markdown", "Markdown summary of a results CSV: counts, a table per backend, the backends side by side, slowest and least accurate rows");
   auto m = std::make_shared<MarkdownArgs>();
   md->add_option("results", m->results, "Results CSV (from run, validate or sweep)")->required();
   md->add_option("--top", m->top, "Rows in the slowest / least accurate lists")->check(at_least(0));

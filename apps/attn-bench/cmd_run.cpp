@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "pipeline/pipeline.hpp"
 #include "report/results.hpp"
+#include "report/side_by_side.hpp"
 
 namespace attn::cli {
 
@@ -106,6 +107,9 @@ int run_verb(const RunArgs& a) {
       t.rows.push_back({d.scenario, d.a, d.b, fmt::format("{:.3g}", d.max_abs), fmt::format("{:.3g}", d.rel_l2)});
     fmt::print("\nCross-backend agreement\n{}", t.render(Format::table));
   }
+  if (const std::string speed = side_by_side_text(side_by_side(rows)); !speed.empty())
+    fmt::print("\nSpeed side by side (each backend's median time / the fastest one's on the batch; ~: within noise)\n{}",
+               speed);
   for (const std::string& n : auto_notes) fmt::print("note: backend {}\n", n);
   for (const ResultRow& r : rows) {
     if (!r.deterministic) fmt::print("note: {} on {}: two runs differ bitwise\n", r.backend, r.scenario);

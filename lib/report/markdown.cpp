@@ -1,4 +1,5 @@
 #include "report/markdown.hpp"
+#include "report/side_by_side.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -124,6 +125,23 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
   if (!skipped.empty()) out += "\n";
   for (const auto& [reason, names] : skipped)
     out += fmt::format("{}: skipped on every scenario: {}\n", fmt::join(names, ", "), cell(reason));
+
+  if (const SideBySide sbs = side_by_side(rows); !sbs.lines.empty()) {
+    out += "\n### Backends side by side\n\n";
+    out += "Each backend's median time over the fastest one's, on the batches that two or more backends timed and "
+           "passed (~: within the two rows' noise; a cpu row is wall clock).\n\n";
+    std::vector<std::string> head{"scenario", "fastest", "median us"};
+    head.insert(head.end(), sbs.backends.begin(), sbs.backends.end());
+    std::vector<bool> numeric{false, false, true};
+    numeric.resize(head.size(), true);
+    std::vector<std::vector<std::string>> t;
+    for (const SideBySide::Line& l : sbs.lines) {
+      std::vector<std::string> row{l.batch, l.fastest, figure_text(l.fastest_us, 2)};
+      row.insert(row.end(), l.cells.begin(), l.cells.end());
+      t.push_back(std::move(row));
+    }
+    out += markdown_table(head, t, numeric);
+  }
 
   std::vector<const ResultRow*> slow, inaccurate;
   for (const ResultRow& r : rows) {

@@ -1,0 +1,93 @@
+#include "report/side_by_side.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "report/text.hpp"
+
+namespace attn {
+namespace {
+
+bool timed_pass(const ResultRow& r) { return r.status == "pass" && r.samples > 0 && r.median_time_us > 0; }
+
+// A row's relative noise: stdev / median of its samples (0 with fewer than 2).
+double noise(const ResultRow& r) { return r.samples >= 2 ? r.stdev_time_us / r.median_time_us : 0.0; }
+
+std::string ratio_text(double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.2f}", x); }
+
+}  // namespace
+
+SideBySide side_by_side(const std::vector<ResultRow>& rows) {
+  SideBySide out;
+  std::vector<std::string> batches;
+  for (const ResultRow& r : rows) {
+    if (std::find(out.backends.begin(), out.backends.end(), r.backend) == out.backends.end())
+      out.backends.push_back(r.backend);
+    if (std::find(batches.begin(), batches.end(), r.scenario) == batches.end()) batches.push_back(r.scenario);
+  }
+  for (const std::string& batch : batches) {
+    // The batch's row of each backend (the first, should a file repeat one).
+    std::vector<const ResultRow*> of(out.backends.size(), nullptr);
+    const ResultRow* fastest = nullptr;
+    int timed = 0;
+    for (const ResultRow& r : rows) {
+      if (r.scenario != batch) continue;
+      const size_t b = static_cast<size_t>(std::find(out.backends.begin(), out.backends.end(), r.backend) - out.backends.begin());
+      if (of[b] != nullptr) continue;
+      of[b] = &r;
+      if (!timed_pass(r)) continue;
+      ++timed;
+      if (fastest == nullptr || r.median_time_us < fastest->median_time_us) fastest = &r;
+    }
+    if (timed < 2) continue;
+    SideBySide::Line line{batch, fastest->backend, fastest->median_time_us, {}};
+    for (const ResultRow* r : of) {
+      if (r == nullptr) {
+        line.cells.emplace_back("-");
+      } else if (!timed_pass(*r)) {
+        line.cells.push_back(r->status);
+      } else {
+        const double x = r->median_time_us / fastest->median_time_us;
+        // Slower by no more than the smaller of the two rows' noise is no difference to read
+        // (report compare's rule for two runs of one row).
+        const bool within = r != fastest && x - 1.0 <= std::min(noise(*r), noise(*fastest));
+        std::string cell = within ? "~" : "";
+        cell += ratio_text(x);
+        line.cells.push_back(std::move(cell));
+      }
+    }
+    out.lines.push_back(std::move(line));
+  }
+  return out;
+}
+
+std::string side_by_side_text(const SideBySide& s) {
+  if (s.lines.empty()) return {};
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> head{"batch", "fastest", "median_us"};
+  head.insert(head.end(), s.backends.begin(), s.backends.end());
+  cells.push_back(head);
+  for (const SideBySide::Line& l : s.lines) {
+    std::vector<std::string> row{l.batch, l.fastest, figure_text(l.fastest_us, 2)};
+    row.insert(row.end(), l.cells.begin(), l.cells.end());
+    cells.push_back(std::move(row));
+  }
+  std::vector<size_t> width(head.size(), 0);
+  for (const auto& row : cells)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (const auto& row : cells) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c) line += "  ";
+      line += c < 2 ? fmt::format("{:<{}}", row[c], width[c]) : fmt::format("{:>{}}", row[c], width[c]);
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + '\n';
+  }
+  return out;
+}
+
+}  // namespace attn
