@@ -820,6 +820,13 @@ TEST(ReportSideBySide, RatiosToTheFastestBackendPerBatch) {
   EXPECT_NE(text.find("batch   fastest     median_us  flash_attn  flashinfer  cpu"), std::string::npos) << text;
   EXPECT_NE(text.find("mixed   flash_attn     100.00        1.00        1.37  250"), std::string::npos) << text;
   EXPECT_TRUE(side_by_side({fa3, fi3}).lines.empty());
+  // A sweep's case names end in their backend: rows of one batch pair on the name without it.
+  const SideBySide sw = side_by_side({timed("sw:llama3-8b:4x1@1024:flash_attn", "flash_attn", 20.0),
+                                      timed("sw:llama3-8b:4x1@1024:FlashInfer", "flashinfer", 30.0),
+                                      timed("sw:llama3-8b:4x1@1024:cpu", "flash_attn", 99.0)});
+  ASSERT_EQ(sw.lines.size(), 1u);
+  EXPECT_EQ(sw.lines[0].batch, "sw:llama3-8b:4x1@1024");
+  EXPECT_EQ(sw.lines[0].cells, (std::vector<std::string>{"1.00", "1.50"}));
   EXPECT_EQ(side_by_side_text(side_by_side({fa3, fi3})), "");
   const std::string md = results_markdown({fa, fi, cpu});
   EXPECT_NE(md.find("### Backends side by side"), std::string::npos) << md;

@@ -1,6 +1,7 @@
 #include "report/side_by_side.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -15,6 +16,20 @@ bool timed_pass(const ResultRow& r) { return r.status == "pass" && r.samples > 0
 // A row's relative noise: stdev / median of its samples (0 with fewer than 2).
 double noise(const ResultRow& r) { return r.samples >= 2 ? r.stdev_time_us / r.median_time_us : 0.0; }
 
+// The batch a row measures, the same for every backend: a sweep names its cases
+// PRESET:NxQ@C[...]:BACKEND (docs/SCENARIOS.md), so that suffix is dropped to pair the rows of
+// different backends (scripts/plot.py's speedup pairs them the same way); other names as they are.
+std::string batch_of(const ResultRow& r) {
+  const size_t colon = r.scenario.rfind(':');
+  if (colon == std::string::npos || colon == 0) return r.scenario;
+  const std::string suffix = r.scenario.substr(colon + 1);
+  const bool same = suffix.size() == r.backend.size() &&
+                    std::equal(suffix.begin(), suffix.end(), r.backend.begin(), [](char a, char b) {
+                      return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+                    });
+  return same ? r.scenario.substr(0, colon) : r.scenario;
+}
+
 std::string ratio_text(double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.2f}", x); }
 
 }  // namespace
@@ -25,7 +40,8 @@ SideBySide side_by_side(const std::vector<ResultRow>& rows) {
   for (const ResultRow& r : rows) {
     if (std::find(out.backends.begin(), out.backends.end(), r.backend) == out.backends.end())
       out.backends.push_back(r.backend);
-    if (std::find(batches.begin(), batches.end(), r.scenario) == batches.end()) batches.push_back(r.scenario);
+    const std::string batch = batch_of(r);
+    if (std::find(batches.begin(), batches.end(), batch) == batches.end()) batches.push_back(batch);
   }
   for (const std::string& batch : batches) {
     // The batch's row of each backend (the first, should a file repeat one).
@@ -33,7 +49,7 @@ SideBySide side_by_side(const std::vector<ResultRow>& rows) {
     const ResultRow* fastest = nullptr;
     int timed = 0;
     for (const ResultRow& r : rows) {
-      if (r.scenario != batch) continue;
+      if (batch_of(r) != batch) continue;
       const size_t b = static_cast<size_t>(std::find(out.backends.begin(), out.backends.end(), r.backend) - out.backends.begin());
       if (of[b] != nullptr) continue;
       of[b] = &r;

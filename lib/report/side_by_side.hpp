@@ -12,7 +12,7 @@ namespace attn {
 struct SideBySide {
   std::vector<std::string> backends;  // the columns, in the order the rows name them
   struct Line {
-    std::string batch;                // the rows' `scenario`
+    std::string batch;                // the rows' `scenario` (a sweep case's without its :BACKEND)
     std::string fastest;              // its fastest backend ...
     double fastest_us = 0;            // ... and that backend's median time
     std::vector<std::string> cells;   // per backend: "1.00", "1.37", "~1.01" (within the two rows'
