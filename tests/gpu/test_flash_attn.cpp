@@ -873,6 +873,37 @@ TEST(FlashAttnSelector, SplitRule) {
   EXPECT_EQ(flash_attn_num_splits(640, 2048, 132, 2, true), 2);    // the same count of decode CTAs: 2
 }
 
+// A sliding window: the keys the split rule shares out start at a tile's first token's window, as
+// the kernel's tile_keys cuts them. 16 decodes x 8 kv heads at 32k would take 2 splits of 16k keys,
+// of which a 128-token window reads 128: one split; a prefill tile of 64 tokens (128 rows at GQA 2)
+// attends its window plus its own 63 tokens. The tiles' costs keep every key.
+TEST(FlashAttnSelector, SplitRuleCountsAWindowsKeys) {
+  const std::vector<int32_t> q(16, 1), k(16, 32768);
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0).num_splits, 2);
+  const FlashAttnPass w = make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, nullptr,
+                                               kH100StreamShare, 128);
+  EXPECT_EQ(w.num_splits, 1);
+  ASSERT_EQ(w.tile_keys.size(), 16u);
+  EXPECT_EQ(w.tile_keys[0], 32768);
+  // A window wider than the sequence changes nothing.
+  const FlashAttnPass wide = make_flash_attn_pass(q, k, true, 4, 128, 8, 132, 0, Sm90Passes::none, nullptr,
+                                                  kH100StreamShare, 65536);
+  EXPECT_EQ(wide.num_splits, 2);
+  EXPECT_EQ(wide.tile_keys[0], 32768);
+  // Prefill chunks of Gemma-2's window test (gqa 2, head size 256: 128-row tiles of 64 tokens):
+  // 9 tiles x 8 kv heads once took 3 splits of up to 890 keys; their windows hold at most 319.
+  const std::vector<int32_t> pq{300, 190, 45}, pk{300, 890, 195};
+  EXPECT_EQ(make_flash_attn_pass(pq, pk, true, 2, 256, 8, 132, 0, Sm90Passes::prefills).num_splits, 3);
+  const FlashAttnPass pw =
+      make_flash_attn_pass(pq, pk, true, 2, 256, 8, 132, 0, Sm90Passes::prefills, nullptr, kH100StreamShare, 256);
+  EXPECT_EQ(pw.num_splits, 1);
+  EXPECT_EQ(*std::max_element(pw.tile_keys.begin(), pw.tile_keys.end()), 890);
+  // 319 keys at most: 2 splits where the windows reach 512 keys (a 449-token window).
+  EXPECT_EQ(make_flash_attn_pass(pq, pk, true, 2, 256, 8, 132, 0, Sm90Passes::prefills, nullptr, kH100StreamShare, 449)
+                .num_splits,
+            2);
+}
+
 TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // The hd128 decode kernel of a 16-bit cache fills 2 CTAs per SM (3 stages of 64 keys, by shared

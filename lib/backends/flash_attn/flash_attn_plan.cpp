@@ -219,7 +219,7 @@ int claim_front_ctas(const std::vector<int64_t>& tile_keys, const std::vector<bo
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
                                    int kv_begin, Sm90Passes sm90, const FlashAttnConfig* config,
-                                   double stream_share) {
+                                   double stream_share, int window) {
   FlashAttnPass pass;
   pass.kv_begin = kv_begin;
   int max_keys = 0;
@@ -246,6 +246,17 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   // docs/PERF_NOTES.md Version 60). Decode launches (mixed passes) keep them from the start: their
   // prefill tiles were not measured so.
   pass.rows_from_end = pass.tiling.sm90_tiles && !pass.tiling.small_seqs;
+  // A sliding window: a tile attends the keys from its first token's window on (tile_keys in
+  // flash_mask.cuh), and the kernel's splits share out those, not the sequence's: the split rule
+  // takes the longest tile's window, as FlashAttention-3's caps the keys of local attention
+  // (get_num_splits). Gemma-2's window test (9 prefill tiles x 8 kv heads) ran 3 splits of <= 319
+  // keys in 44.3 us, unsplit 36.5; gpt-oss 16 x 1 @ 32k (window 128) 4 splits 12.0, unsplit 11.1
+  // (H200, docs/PERF_NOTES.md Version 72). The tiles' costs (tile_keys: the balanced rounds, the
+  // claim rule) keep every key from kv_begin: with the window's, gpt-oss 2 x 4k ran 0.981 x.
+  // ATTN_FA_WINDOW_KEYS=0 counts every key in the split rule too (A/B timing).
+  static const bool window_keys = ab_switch_on("ATTN_FA_WINDOW_KEYS");
+  const int tile_window = window_keys ? window : 0;
+  int64_t max_window_keys = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     const int rows = query_lens[s] * gqa;
     // Decode-sized sequences get one decode tile (see flash_fwd_kernel), others prefill tiles.
@@ -253,10 +264,16 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     const int shift = pass.rows_from_end ? sm90_rows_from_end_shift(rows, bm) : 0;
     for (int mb = 0; mb * bm < rows; ++mb) {
       const int last_token = std::min(rows - 1, (mb + 1) * bm - 1 - shift) / gqa;
-      const int64_t hi = causal ? seq_lens[s] - query_lens[s] + last_token + 1 : seq_lens[s];
+      const int64_t pos_base = seq_lens[s] - query_lens[s];
+      const int64_t hi = causal ? pos_base + last_token + 1 : seq_lens[s];
       tiles.push_back({static_cast<int32_t>(s), mb, std::max<int64_t>(hi - kv_begin, 0)});
+      if (tile_window > 0) {
+        const int64_t lo = std::max<int64_t>(kv_begin, pos_base + std::max(mb * bm - shift, 0) / gqa - tile_window + 1);
+        max_window_keys = std::max(max_window_keys, hi - lo);
+      }
     }
   }
+  if (tile_window > 0) max_keys = static_cast<int>(std::min<int64_t>(max_window_keys, max_keys));
   // Longest first: the last wave then holds the short tiles (causal prefill, mixed batches).
   std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.keys > b.keys; });
   // The sm_90a kernel's mixed passes order their decode and prefill tiles below.
@@ -533,7 +550,7 @@ FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata&
                                   &config);
   } else {
     s.main = make_flash_attn_pass(query_lens, m.seq_lens, m.causal, gqa, spec.head_size_qk, spec.num_kv_heads,
-                                  num_sms, 0, sm90, &config, stream_share);
+                                  num_sms, 0, sm90, &config, stream_share, spec.sliding_window);
   }
   // ATTN_FA_NUM_SPLITS=N forces N KV splits on the main pass (A/B timing of the split rule, like
   // the num_splits argument of vLLM's flash_attn_varlen_func); 0 or unset keeps the rule.

@@ -140,11 +140,14 @@ double flash_attn_stream_share(const DeviceInfo& d);
 // Tiles and splits of one pass over sequences with these query and key lengths; keys below
 // kv_begin are not attended. The tiling is flash_attn_pass_tiling's (head size 256 needs the
 // sm_90a kernel's 128-row tiles: its mma.sync prefill tiles are 64 rows). With `config`, the split rule counts the CTAs per SM of the kernel that runs the pass
-// (flash_attn_ctas_per_sm); without it, or when the device cannot tell, 2.
+// (flash_attn_ctas_per_sm); without it, or when the device cannot tell, 2. `window` (a sliding
+// window, 0: none): the keys the split rule shares out are the longest tile's window, not the whole
+// sequence's (the tiles' costs, tile_keys, still count every key from kv_begin).
 FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& seq_lens,
                                    bool causal, int gqa, int head_size, int num_kv_heads, int num_sms,
                                    int kv_begin, Sm90Passes sm90 = Sm90Passes::none,
-                                   const FlashAttnConfig* config = nullptr, double stream_share = kH100StreamShare);
+                                   const FlashAttnConfig* config = nullptr, double stream_share = kH100StreamShare,
+                                   int window = 0);
 
 FlashAttnSchedule plan_flash_attn(const Batch& b, const CommonAttentionMetadata& m, const RunOptions& opts,
                                   int num_sms, double stream_share = kH100StreamShare);
