@@ -104,13 +104,13 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
       if (site.key.rfind("batch.requests", 0) == 0) site.key = "--batch", site.value = batch_spec;
       throw InputError(site);
     }
-    if (std::none_of(overrides.begin(), overrides.end(), [](const ScenarioOverride& o) { return o.key == "seed"; }))
-      s.seed = seed;
     s.batch.origin.lines.clear();  // lines of the text above
   }
   s.file = kCli;
   s.name = preset + ":" + batch_spec + override_suffix(overrides);
-  if (overrides.empty()) s.seed = seed;
+  // The CLI's seed, unless an override set one (a later --seed wins over both: ScenarioArgs).
+  if (std::none_of(overrides.begin(), overrides.end(), [](const ScenarioOverride& o) { return o.key == "seed"; }))
+    s.seed = seed;
   s.preset = p->name;
   s.batch.origin.size_key = "--batch";  // errors about the batch's size name the spec
   s.batch.origin.size_value = batch_spec;
