@@ -154,6 +154,37 @@ TEST_F(SweepInputs, ScenarioFileGivenToSweepIsNamed) {
 }
 
 // Defect: [base] without preset was refused although [base] takes a scenario's [model] keys.
+// sweep --set changes every case's scenario as run --set does; the case names carry the overrides
+// before their backend (so rows of one case on two backends still pair on the name without it),
+// and --devices hands them to its shard processes: their rows are the parent's cases.
+TEST_F(SweepInputs, SetOverridesEveryCase) {
+  const std::vector<ScenarioOverride> o{parse_override("model.block_size=32"), parse_override("run.iterations=2")};
+  const Sweep sw = parse_sweep(kSweepA, "sw.toml", ".", o);
+  ASSERT_EQ(sw.cases.size(), 4u);
+  EXPECT_EQ(sw.cases[0].name, "llama3-8b:1x1@16[model.block_size=32,run.iterations=2]:cpu");
+  for (const SweepCase& c : sw.cases) {
+    EXPECT_EQ(c.scenario.name, c.name);
+    EXPECT_EQ(c.scenario.spec.block_size, 32);
+    EXPECT_EQ(c.scenario.run.iterations, 2);
+  }
+  try {
+    parse_sweep(kSweepA, "sw.toml", ".", {parse_override("model.block_size=0")});
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "--set (sw.toml): model.block_size = 0:")) << e.what();
+    EXPECT_TRUE(has(e.what(), "(in the invalid case llama3-8b:1x1@16[model.block_size=0]:cpu)")) << e.what();
+  }
+  const std::string sweep = write("a.toml", kSweepA);
+  Result r = run_cli("sweep " + sweep + " -q --validate-only --devices 0,1 --set check.k_l2=1000 -o " + path("d.csv"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<ResultRow> rows = read_csv(path("d.csv"));
+  ASSERT_EQ(rows.size(), 4u);
+  for (const ResultRow& row : rows) EXPECT_TRUE(has(row.scenario, "[check.k_l2=1000]:cpu")) << row.scenario;
+  // Resuming without the override names other cases: refused, not mixed.
+  r = run_cli("sweep " + sweep + " -q --validate-only --resume -o " + path("d.csv"));
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
 TEST_F(SweepInputs, SweepBaseWithoutPresetIsAnExplicitModel) {
   const Sweep gqa = parse_sweep(
       "name = \"mine\"\n[base]\nnum_q_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[axes]\ncontext_len = [16, 32]\n",

@@ -35,6 +35,12 @@ struct SweepArgs {
   std::optional<int> iterations, warmup;
   std::optional<double> host_timeout;
   std::optional<int64_t> check_sample;
+  std::vector<std::string> sets;  // --set KEY=VALUE on every case's scenario
+  std::vector<ScenarioOverride> overrides() const {
+    std::vector<ScenarioOverride> out;
+    for (const std::string& s : sets) out.push_back(parse_override(s));
+    return out;
+  }
 };
 
 // --output must name a .csv in an existing folder, other than the sweep file (checked before any
@@ -217,7 +223,7 @@ int run_on_devices(const SweepArgs& a) {
   check_output(a.output, a.file);
   const int n = static_cast<int>(devices.size());
   // Input errors once, here, rather than once per child.
-  const Sweep sw = load_sweep(a.file);
+  const Sweep sw = load_sweep(a.file, a.overrides());
   std::vector<size_t> every(sw.cases.size());
   std::iota(every.begin(), every.end(), size_t{0});
   check_backends_built(sw, every);
@@ -238,6 +244,7 @@ int run_on_devices(const SweepArgs& a) {
     if (a.host_timeout) args.insert(args.end(), {"--host-timeout", format_double(*a.host_timeout)});
     if (a.validate_only) args.push_back("--validate-only");
     if (a.check_sample) args.insert(args.end(), {"--check-sample", std::to_string(*a.check_sample)});
+    for (const std::string& s : a.sets) args.insert(args.end(), {"--set", s});
     const pid_t pid = fork();
     if (pid < 0) throw RuntimeError("sweep --devices: fork failed");
     if (pid == 0) {
@@ -306,7 +313,7 @@ bool has_error(const std::vector<ResultRow>& rows) {
 
 int run_sweep(const SweepArgs& a) {
   if (a.devices_given) return run_on_devices(a);
-  const Sweep sw = load_sweep(a.file);
+  const Sweep sw = load_sweep(a.file, a.overrides());
   std::vector<size_t> mine(sw.cases.size());
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = i;
   std::string shard;  // "I/N" as the rows carry it
@@ -436,6 +443,11 @@ void add_sweep(CLI::App& app, Commands& c) {
   cmd->add_option("--check-sample", a->check_sample,
                   "Check at most N (request, head) pairs per case against the reference (0 = all)")
       ->check(at_least(0));
+  cmd->add_option("--set", a->sets,
+                  "Change a scenario key of every case, as run --set (e.g. --set run.cuda_graph=true; repeatable); "
+                  "the case names gain [KEY=VALUE,...] before their backend")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar");
   cmd->callback([&c, a] { c.selected = [a] { return run_sweep(*a); }; });
 }

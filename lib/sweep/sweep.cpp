@@ -14,6 +14,7 @@
 
 #include "backends/backend.hpp"
 #include "core/error.hpp"
+#include "model/scenario_overrides.hpp"
 #include "model/toml_value_text.hpp"
 
 namespace attn {
@@ -156,7 +157,8 @@ std::string at_sweep_origin(const InputError& e, const std::string& file, const 
 
 }  // namespace
 
-Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir) {
+Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir,
+                  const std::vector<ScenarioOverride>& overrides) {
   const std::string& file = source_name;
   toml::table root;
   try {
@@ -292,7 +294,9 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     if (varies("kv_cache_dtype")) name += ":kv=" + label("kv_cache_dtype");
     if (varies("block_size")) name += ":block=" + label("block_size");
     if (varies("cascade")) name += ":cascade=" + label("cascade");
-    name += ":" + label("backend");
+    // --set's overrides before the backend, which ends every case name (rows of one case on two
+    // backends pair on the name without it: report markdown, report plot).
+    name += override_suffix(overrides) + ":" + label("backend");
 
     CaseText t;
     t.add("name = " + toml_value_text(toml::value<std::string>(name)));
@@ -318,10 +322,11 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
     c.name = name;
     c.backend_line = origin("backend").line;
     try {
-      c.scenario = parse_scenario(t.text(), file, base_dir);
+      c.scenario = parse_scenario(t.text(), file, base_dir, overrides);
     } catch (const InputError& e) {
       throw InputError(at_sweep_origin(e, file, t, name));
     }
+    c.scenario.name = name;  // parse_scenario put the overrides after the backend
     c.cost = estimate_cost(c.scenario);
     sw.cases.push_back(std::move(c));
 
@@ -336,12 +341,12 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
   }
 }
 
-Sweep load_sweep(const std::string& path) {
+Sweep load_sweep(const std::string& path, const std::vector<ScenarioOverride>& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(InputSite{path, 0, {}, {}, "cannot open the sweep file"});
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse_sweep(ss.str(), path, fs::path(path).parent_path().string());
+  return parse_sweep(ss.str(), path, fs::path(path).parent_path().string(), overrides);
 }
 
 std::vector<size_t> shard_cases(const Sweep& s, int index, int count) {

@@ -24,8 +24,10 @@ struct Sweep {
 
 // InputError naming file, line, key and value for a malformed sweep or a case that breaks a
 // scenario rule (at the sweep file's line and key that make the case, not the generated text's).
-Sweep load_sweep(const std::string& path);
-Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir = ".");
+// `overrides` (sweep --set) apply to every case's scenario, whose name then ends in them.
+Sweep load_sweep(const std::string& path, const std::vector<ScenarioOverride>& overrides = {});
+Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir = ".",
+                  const std::vector<ScenarioOverride>& overrides = {});
 
 // The cases of shard `index` (0-based) of `count`: longest-processing-time-first over the
 // estimated costs, so shards carry about equal work; deterministic, disjoint, complete.
