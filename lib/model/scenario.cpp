@@ -901,14 +901,7 @@ Scenario scenario_from_table(const toml::table& root, const std::string& source_
 Scenario parse_scenario(std::string_view toml_text, const std::string& source_name, const std::string& base_dir,
                         const std::vector<ScenarioOverride>& overrides) {
   const std::string& file = source_name;
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, std::string_view(source_name));
-  } catch (const toml::parse_error& e) {
-    const toml::source_region& r = e.source();
-    throw InputError(InputSite{file, line_of(r), {}, {}, "TOML syntax error: " + std::string(e.description()),
-                                         "at column " + std::to_string(r.begin.column)});
-  }
+  toml::table root = parse_toml_document(toml_text, file);
   if (overrides.empty()) return scenario_from_table(root, source_name, base_dir);
   apply_overrides(root, overrides, file);
   Scenario s;

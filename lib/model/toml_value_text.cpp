@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+
 namespace attn {
 
 namespace {
@@ -49,6 +51,17 @@ std::string toml_value_text(const toml::node& n) {
   std::ostringstream os;
   n.visit([&os](const auto& v) { os << v; });
   return os.str();
+}
+
+toml::table parse_toml_document(std::string_view text, const std::string& file) {
+  try {
+    return toml::parse(text, std::string_view(file));
+  } catch (const toml::parse_error& e) {
+    const toml::source_region& r = e.source();
+    throw InputError(InputSite{file, static_cast<long>(r.begin.line), {}, {},
+                               "TOML syntax error: " + std::string(e.description()),
+                               "at column " + std::to_string(r.begin.column)});
+  }
 }
 
 }  // namespace attn

@@ -160,13 +160,7 @@ std::string at_sweep_origin(const InputError& e, const std::string& file, const 
 Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir,
                   const std::vector<ScenarioOverride>& overrides) {
   const std::string& file = source_name;
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, std::string_view(source_name));
-  } catch (const toml::parse_error& e) {
-    throw InputError(InputSite{file, static_cast<long>(e.source().begin.line), {}, {},
-                                         "TOML syntax error: " + std::string(e.description())});
-  }
+  toml::table root = parse_toml_document(toml_text, file);
   // A scenario file given to sweep would fail on its first scenario key; say what it is instead.
   if ((root.get_as<toml::table>("model") || root.contains("batch")) && !root.contains("base") && !root.contains("axes"))
     throw InputError(InputSite{file, 0, {}, {},
