@@ -256,6 +256,10 @@ TEST(InputBounds, FileBackendNotInThisBuildNamesItsLine) {
   opts.time = false;
   const std::string msg = error_of<InputError>([&] { run_scenario(s, cpu_only, opts); });
   EXPECT_HAS(msg, "be_fa.toml:9: run.backends = \"FLASH_ATTN\": not in this build (it has cpu;");
+  // Given by --set, the same name is the override's, not a line of the file.
+  const Scenario set = parse_scenario(kBase, "be.toml", ".", {parse_override("run.backends=[\"cpu\", \"FLASH_ATTN\"]")});
+  EXPECT_HAS(error_of<InputError>([&] { run_scenario(set, cpu_only, opts); }),
+             "--set (be.toml): run.backends = \"FLASH_ATTN\": not in this build (it has cpu;");
 }
 
 // ---- 7, 8. trace dates and paths ---------------------------------------------------------------

@@ -820,13 +820,46 @@ TEST(ReportSideBySide, RatiosToTheFastestBackendPerBatch) {
   EXPECT_NE(text.find("batch   fastest     median_us  flash_attn  flashinfer  cpu"), std::string::npos) << text;
   EXPECT_NE(text.find("mixed   flash_attn     100.00        1.00        1.37  250"), std::string::npos) << text;
   EXPECT_TRUE(side_by_side({fa3, fi3}).lines.empty());
-  // A sweep's case names end in their backend: rows of one batch pair on the name without it.
-  const SideBySide sw = side_by_side({timed("sw:llama3-8b:4x1@1024:flash_attn", "flash_attn", 20.0),
-                                      timed("sw:llama3-8b:4x1@1024:FlashInfer", "flashinfer", 30.0),
-                                      timed("sw:llama3-8b:4x1@1024:cpu", "flash_attn", 99.0)});
+  // A sweep's case names end in their backend: its rows of one batch pair on the name without it.
+  auto swept = [](ResultRow r) {
+    r.sweep = "sw";
+    return r;
+  };
+  const SideBySide sw = side_by_side({swept(timed("sw:llama3-8b:4x1@1024:flash_attn", "flash_attn", 20.0)),
+                                      swept(timed("sw:llama3-8b:4x1@1024:FlashInfer", "flashinfer", 30.0)),
+                                      swept(timed("sw:llama3-8b:4x1@1024:cpu", "flash_attn", 99.0))});
   ASSERT_EQ(sw.lines.size(), 1u);
   EXPECT_EQ(sw.lines[0].batch, "sw:llama3-8b:4x1@1024");
   EXPECT_EQ(sw.lines[0].cells, (std::vector<std::string>{"1.00", "1.50"}));
+  // A name that is not a sweep's keeps its suffix: `x:cpu` on two backends is one batch.
+  EXPECT_EQ(side_by_side({timed("x:cpu", "cpu", 10.0), timed("x:cpu", "flash_attn", 5.0)}).lines.size(), 1u);
+  // No ratio where it would mislead: a backend with two rows of the batch, a passing row that was not
+  // timed, a row of other work (another spec or batch shape under the same name), each said; a
+  // backend without a ratio anywhere gets no column; a huge ratio stays short.
+  ResultRow w1 = timed("b", "flash_attn", 10.0), w2 = timed("b", "flashinfer", 20.0), w3 = timed("b", "cpu", 1e9);
+  w1.num_q_heads = w2.num_q_heads = w3.num_q_heads = 32;
+  ResultRow dup = timed("b", "flashmla", 1.0), dup2 = timed("b", "flashmla", 2.0);
+  ResultRow other = timed("c", "flashinfer", 20.0), other0 = timed("c", "flash_attn", 10.0), other1 = timed("c", "cpu", 30.0);
+  other0.num_q_heads = other1.num_q_heads = 32;
+  other.num_q_heads = 16;
+  ResultRow untimed = timed("c", "flashmla", 0.0);
+  const SideBySide m = side_by_side({w1, w2, w3, dup, dup2, other0, other, other1, untimed, fi3});
+  EXPECT_EQ(m.backends, (std::vector<std::string>{"flash_attn", "flashinfer", "cpu"}));  // flashmla: no ratio
+  ASSERT_EQ(m.lines.size(), 2u);
+  EXPECT_EQ(m.lines[0].cells, (std::vector<std::string>{"1.00", "2.00", "1e+08"}));
+  EXPECT_EQ(m.lines[1].cells, (std::vector<std::string>{"1.00", "other work", "3.00"}));
+  const SideBySide d = side_by_side({w1, w2, dup, dup2, untimed});
+  EXPECT_EQ(d.backends, (std::vector<std::string>{"flash_attn", "flashinfer"}));
+  const SideBySide u = side_by_side({timed("e", "flash_attn", 1.0), timed("e", "flashinfer", 2.0), timed("e", "cpu", 0.0),
+                                     timed("e", "flashmla", 3.0), timed("e", "flashmla", 4.0)});
+  ASSERT_EQ(u.lines.size(), 1u);
+  EXPECT_EQ(u.backends, (std::vector<std::string>{"flash_attn", "flashinfer"}));
+  const SideBySide u2 = side_by_side({timed("e", "flash_attn", 1.0), timed("e", "flashinfer", 2.0), timed("e", "cpu", 0.0),
+                                      timed("e", "flashmla", 3.0), timed("e", "flashmla", 4.0), timed("f", "cpu", 5.0),
+                                      timed("f", "flashmla", 6.0)});
+  ASSERT_EQ(u2.lines.size(), 2u);
+  EXPECT_EQ(u2.backends, (std::vector<std::string>{"flash_attn", "flashinfer", "cpu", "flashmla"}));
+  EXPECT_EQ(u2.lines[0].cells, (std::vector<std::string>{"1.00", "2.00", "untimed", "2 rows"}));
   EXPECT_EQ(side_by_side_text(side_by_side({fa3, fi3})), "");
   const std::string md = results_markdown({fa, fi, cpu});
   EXPECT_NE(md.find("### Backends side by side"), std::string::npos) << md;

@@ -1293,6 +1293,11 @@ TEST(ScenarioOverrides, ErrorsNameTheOverride) {
     EXPECT_EQ(site->key, c.key) << c.set;
     EXPECT_NE(site->what.find(c.what), std::string::npos) << c.set << ": " << site->what;
   }
+  // An element replaced by index: the error about the array that holds it is the override's.
+  auto element = site_of(parse({"batch.requests[0]=3"}));
+  ASSERT_TRUE(element.has_value());
+  EXPECT_EQ(element->file, "--set (s.toml)");
+  EXPECT_EQ(element->key, "batch.requests");
   // num_kv_heads = 3 does not divide the preset's 32 query heads: the error is the override's.
   auto site = site_of(parse({"model.num_kv_heads=3"}));
   ASSERT_TRUE(site.has_value());
@@ -1338,6 +1343,8 @@ TEST(ScenarioOverrides, QuickBatchesTakeThemToo) {
   }
   EXPECT_EQ(b.batch.origin.size_key, "--batch");
   EXPECT_EQ(scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"seed=5"})).seed, 5u);
+  // A name given by --set names it, as it would a file.
+  EXPECT_EQ(scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"name=mine"})).name, "mine[name=mine]");
   const Scenario f = scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"model.kv_cache_dtype=fp8_e5m2"}));
   EXPECT_EQ(f.spec.kv_cache_dtype, DType::fp8_e5m2);
   const auto site = site_of([] { (void)scenario_from_cli("llama3-8b", "1x1@8", 0, sets({"model.block_size=0"})); });

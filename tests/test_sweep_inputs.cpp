@@ -174,6 +174,13 @@ TEST_F(SweepInputs, SetOverridesEveryCase) {
     EXPECT_TRUE(has(e.what(), "--set (sw.toml): model.block_size = 0:")) << e.what();
     EXPECT_TRUE(has(e.what(), "(in the invalid case llama3-8b:1x1@16[model.block_size=0]:cpu)")) << e.what();
   }
+  // A sweep names its cases: --set name= is refused, not ignored.
+  try {
+    parse_sweep(kSweepA, "sw.toml", ".", {parse_override("name=x")});
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "--set (sw.toml): name = x: a sweep names each of its cases")) << e.what();
+  }
   const std::string sweep = write("a.toml", kSweepA);
   Result r = run_cli("sweep " + sweep + " -q --validate-only --devices 0,1 --set check.k_l2=1000 -o " + path("d.csv"));
   ASSERT_EQ(r.code, 0) << r.output;
@@ -183,6 +190,13 @@ TEST_F(SweepInputs, SetOverridesEveryCase) {
   // Resuming without the override names other cases: refused, not mixed.
   r = run_cli("sweep " + sweep + " -q --validate-only --resume -o " + path("d.csv"));
   EXPECT_EQ(r.code, 2) << r.output;
+#if !defined(ATTN_WITH_CUDA)
+  // A backend this build lacks, named by --set: the override is named, not the file's axes line.
+  r = run_cli("sweep " + sweep + " -q --validate-only --set 'run.backends=[\"flash_attn\"]' -o " + path("e.csv"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--set (" + sweep + "): run.backends = \"flash_attn\": not compiled into this build"))
+      << r.output;
+#endif
 }
 
 TEST_F(SweepInputs, SweepBaseWithoutPresetIsAnExplicitModel) {

@@ -22,6 +22,7 @@
 #include "report/columns.hpp"
 #include "report/merge.hpp"
 #include "report/results.hpp"
+#include "model/scenario_overrides.hpp"
 #include "sweep/sweep.hpp"
 
 namespace attn::cli {
@@ -61,6 +62,10 @@ void check_backends_built(const Sweep& sw, const std::vector<size_t>& cases) {
     for (const std::string& name : sw.cases[i].scenario.run.backends) {
       const bool built = name == "auto" || name == "all" ||
                          std::any_of(registry.begin(), registry.end(), [&](const auto& be) { return be->name() == name; });
+      if (!built && overridden(sw.cases[i].scenario.overrides, "run.backends"))
+        throw InputError(InputSite{"--set (" + sw.file + ")", 0, "run.backends", "\"" + name + "\"",
+                                   "not compiled into this build (it has: " + here + "auto, all)",
+                                   "run it on a build with CUDA; --list still plans the sweep"});
       if (!built)
         throw InputError(InputSite{sw.file, sw.cases[i].backend_line, "axes.backend", "\"" + name + "\"",
                                              "not compiled into this build (it has: " + here + "auto, all)",

@@ -107,7 +107,9 @@ Scenario scenario_from_cli(const std::string& preset, const std::string& batch_s
     s.batch.origin.lines.clear();  // lines of the text above
   }
   s.file = kCli;
-  s.name = preset + ":" + batch_spec + override_suffix(overrides);
+  // Named after the spec, unless --set named it (parse_scenario then put the overrides after it).
+  if (std::none_of(overrides.begin(), overrides.end(), [](const ScenarioOverride& o) { return o.key == "name"; }))
+    s.name = preset + ":" + batch_spec + override_suffix(overrides);
   // The CLI's seed, unless an override set one (a later --seed wins over both: ScenarioArgs).
   if (std::none_of(overrides.begin(), overrides.end(), [](const ScenarioOverride& o) { return o.key == "seed"; }))
     s.seed = seed;

@@ -180,11 +180,23 @@ void apply_overrides(toml::table& root, const std::vector<ScenarioOverride>& ove
   }
 }
 
+bool overridden(const std::vector<ScenarioOverride>& overrides, std::string_view key) {
+  return std::any_of(overrides.begin(), overrides.end(),
+                     [&](const ScenarioOverride& o) { return within(o.key, key) || within(key, o.key); });
+}
+
 InputSite override_error_site(const InputSite& site, const std::vector<ScenarioOverride>& overrides,
                               const std::string& file) {
+  // An element the override replaced, by its index: the error is about the array that holds it.
+  auto element_of = [&](const std::string& k) {
+    return k.size() > site.key.size() + 2 && k.compare(0, site.key.size() + 1, site.key + "[") == 0 &&
+           k.back() == ']' && k.find_first_of(".[", site.key.size() + 1) == std::string::npos;
+  };
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
-    // The overridden key or a key inside its value; or a table the override created (no line).
-    if (!site.key.empty() && (within(site.key, it->key) || (site.line == 0 && within(it->key, site.key)))) {
+    // The overridden key or a key inside its value; a table the override created (no line); or
+    // the array an overridden element belongs to.
+    if (!site.key.empty() &&
+        (within(site.key, it->key) || (site.line == 0 && within(it->key, site.key)) || element_of(it->key))) {
       InputSite s = site;
       s.file = "--set (" + file + ")";
       s.line = 0;

@@ -29,6 +29,11 @@ void apply_overrides(toml::table& root, const std::vector<ScenarioOverride>& ove
 InputSite override_error_site(const InputSite& site, const std::vector<ScenarioOverride>& overrides,
                               const std::string& file);
 
+// Whether an override set `key` or a key inside it, or set a value that holds `key` (run.backends
+// for "run.backends"; "run" for "run.iterations"): checks made after parsing (the backends this
+// build has) then name --set rather than the file.
+bool overridden(const std::vector<ScenarioOverride>& overrides, std::string_view key);
+
 // "[k=v,k=v]", the end of an overridden scenario's name ("" without overrides).
 std::string override_suffix(const std::vector<ScenarioOverride>& overrides);
 

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "metadata/common.hpp"
+#include "model/scenario_overrides.hpp"
 #include "model/batch.hpp"
 #include "reference/reference.hpp"
 #include "timing/read_floor.hpp"
@@ -129,9 +130,11 @@ void check_file_backends_built(const Scenario& s, const std::vector<std::unique_
     if (!canonical) continue;  // named_backend says "unknown backend"
     std::string built;
     for (const auto& be : registry) built += (built.empty() ? "" : ", ") + be->name();
-    throw InputError(InputSite{s.file, sited ? run.backends_written[i].line : 0, "run.backends",
-                               sited ? run.backends_written[i].text : '"' + *canonical + '"', "not in this build",
-                               "it has " + built + "; the CUDA backends need a build with ATTN_CUDA=ON"});
+    // Names that --set gave name it, not the file's line.
+    const bool set = overridden(s.overrides, "run.backends");
+    throw InputError(InputSite{set ? "--set (" + s.file + ")" : s.file, sited && !set ? run.backends_written[i].line : 0,
+                               "run.backends", sited ? run.backends_written[i].text : '"' + *canonical + '"',
+                               "not in this build", "it has " + built + "; the CUDA backends need a build with ATTN_CUDA=ON"});
   }
 }
 
@@ -145,7 +148,8 @@ struct BackendNames {
   std::string source;
 };
 BackendNames backend_names(const Scenario& s, const PipelineOptions& opts) {
-  if (opts.backends.empty()) return {s.run.backends, s.file + ": run.backends"};
+  if (opts.backends.empty())
+    return {s.run.backends, (overridden(s.overrides, "run.backends") ? "--set (" + s.file + ")" : s.file) + ": run.backends"};
   return {opts.backends, "--backend"};
 }
 

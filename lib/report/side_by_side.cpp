@@ -6,22 +6,24 @@
 
 #include <fmt/format.h>
 
+#include "report/compare.hpp"
 #include "report/text.hpp"
 
 namespace attn {
 namespace {
 
-bool timed_pass(const ResultRow& r) { return r.status == "pass" && r.samples > 0 && r.median_time_us > 0; }
+bool timed(const ResultRow& r) { return r.samples > 0 && r.median_time_us > 0; }
+bool timed_pass(const ResultRow& r) { return r.status == "pass" && timed(r); }
 
 // A row's relative noise: stdev / median of its samples (0 with fewer than 2).
 double noise(const ResultRow& r) { return r.samples >= 2 ? r.stdev_time_us / r.median_time_us : 0.0; }
 
 // The batch a row measures, the same for every backend: a sweep names its cases
-// PRESET:NxQ@C[...]:BACKEND (docs/SCENARIOS.md), so that suffix is dropped to pair the rows of
-// different backends (scripts/plot.py's speedup pairs them the same way); other names as they are.
+// PRESET:NxQ@C[...]:BACKEND (docs/SCENARIOS.md), so a sweep row's suffix is dropped to pair the rows
+// of different backends (scripts/plot.py's speedup pairs them the same way); other names as they are.
 std::string batch_of(const ResultRow& r) {
   const size_t colon = r.scenario.rfind(':');
-  if (colon == std::string::npos || colon == 0) return r.scenario;
+  if (r.sweep.empty() || colon == std::string::npos || colon == 0) return r.scenario;
   const std::string suffix = r.scenario.substr(colon + 1);
   const bool same = suffix.size() == r.backend.size() &&
                     std::equal(suffix.begin(), suffix.end(), r.backend.begin(), [](char a, char b) {
@@ -30,40 +32,61 @@ std::string batch_of(const ResultRow& r) {
   return same ? r.scenario.substr(0, colon) : r.scenario;
 }
 
-std::string ratio_text(double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.2f}", x); }
+std::string ratio_text(double x) {
+  if (x < 100) return fmt::format("{:.2f}", x);
+  if (x < 1e6) return fmt::format("{:.0f}", x);
+  return fmt::format("{:.2g}", x);
+}
 
 }  // namespace
 
 SideBySide side_by_side(const std::vector<ResultRow>& rows) {
-  SideBySide out;
-  std::vector<std::string> batches;
+  std::vector<std::string> backends, batches;
   for (const ResultRow& r : rows) {
-    if (std::find(out.backends.begin(), out.backends.end(), r.backend) == out.backends.end())
-      out.backends.push_back(r.backend);
+    if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
     const std::string batch = batch_of(r);
     if (std::find(batches.begin(), batches.end(), batch) == batches.end()) batches.push_back(batch);
   }
+  SideBySide out;
+  std::vector<bool> shown(backends.size(), false);  // a backend with a ratio on some line
   for (const std::string& batch : batches) {
-    // The batch's row of each backend (the first, should a file repeat one).
-    std::vector<const ResultRow*> of(out.backends.size(), nullptr);
-    const ResultRow* fastest = nullptr;
-    int timed = 0;
+    // The batch's row of each backend, and how many it has (a file that repeats one is ambiguous).
+    std::vector<const ResultRow*> of(backends.size(), nullptr);
+    std::vector<int> count(backends.size(), 0);
     for (const ResultRow& r : rows) {
       if (batch_of(r) != batch) continue;
-      const size_t b = static_cast<size_t>(std::find(out.backends.begin(), out.backends.end(), r.backend) - out.backends.begin());
-      if (of[b] != nullptr) continue;
-      of[b] = &r;
-      if (!timed_pass(r)) continue;
-      ++timed;
-      if (fastest == nullptr || r.median_time_us < fastest->median_time_us) fastest = &r;
+      const size_t b = static_cast<size_t>(std::find(backends.begin(), backends.end(), r.backend) - backends.begin());
+      if (count[b]++ == 0) of[b] = &r;
     }
-    if (timed < 2) continue;
+    // The rows compared: passing, timed, one per backend, and the same work as the first of them
+    // (spec and batch shape: two rows of one name from different runs may differ).
+    const ResultRow* first = nullptr;
+    auto compared = [&](size_t b) {
+      return of[b] != nullptr && count[b] == 1 && timed_pass(*of[b]) &&
+             (first == nullptr || measured_work_differs(*first, *of[b]).empty());
+    };
+    const ResultRow* fastest = nullptr;
+    int n = 0;
+    for (size_t b = 0; b < backends.size(); ++b) {
+      if (!compared(b)) continue;
+      if (first == nullptr) first = of[b];
+      ++n;
+      if (fastest == nullptr || of[b]->median_time_us < fastest->median_time_us) fastest = of[b];
+    }
+    if (n < 2) continue;
     SideBySide::Line line{batch, fastest->backend, fastest->median_time_us, {}};
-    for (const ResultRow* r : of) {
+    for (size_t b = 0; b < backends.size(); ++b) {
+      const ResultRow* r = of[b];
       if (r == nullptr) {
         line.cells.emplace_back("-");
-      } else if (!timed_pass(*r)) {
+      } else if (count[b] > 1) {
+        line.cells.push_back(fmt::format("{} rows", count[b]));
+      } else if (r->status != "pass") {
         line.cells.push_back(r->status);
+      } else if (!timed(*r)) {
+        line.cells.emplace_back("untimed");
+      } else if (!compared(b)) {
+        line.cells.emplace_back("other work");
       } else {
         const double x = r->median_time_us / fastest->median_time_us;
         // Slower by no more than the smaller of the two rows' noise is no difference to read
@@ -72,9 +95,19 @@ SideBySide side_by_side(const std::vector<ResultRow>& rows) {
         std::string cell = within ? "~" : "";
         cell += ratio_text(x);
         line.cells.push_back(std::move(cell));
+        shown[b] = true;
       }
     }
     out.lines.push_back(std::move(line));
+  }
+  // Columns of the backends with a ratio somewhere (one skipped everywhere has its own table's note).
+  for (size_t b = 0; b < backends.size(); ++b)
+    if (shown[b]) out.backends.push_back(backends[b]);
+  for (SideBySide::Line& l : out.lines) {
+    std::vector<std::string> cells;
+    for (size_t b = 0; b < backends.size(); ++b)
+      if (shown[b]) cells.push_back(std::move(l.cells[b]));
+    l.cells = std::move(cells);
   }
   return out;
 }

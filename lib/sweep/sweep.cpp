@@ -160,6 +160,11 @@ std::string at_sweep_origin(const InputError& e, const std::string& file, const 
 Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, const std::string& base_dir,
                   const std::vector<ScenarioOverride>& overrides) {
   const std::string& file = source_name;
+  for (const ScenarioOverride& o : overrides)
+    if (o.key == "name")
+      throw InputError(InputSite{"--set (" + file + ")", 0, o.key, o.value,
+                                 "a sweep names each of its cases (the name column of their rows)",
+                                 "the sweep file's own `name` sets the first part of them"});
   toml::table root = parse_toml_document(toml_text, file);
   // A scenario file given to sweep would fail on its first scenario key; say what it is instead.
   if ((root.get_as<toml::table>("model") || root.contains("batch")) && !root.contains("base") && !root.contains("axes"))
