@@ -62,14 +62,13 @@ void check_backends_built(const Sweep& sw, const std::vector<size_t>& cases) {
     for (const std::string& name : sw.cases[i].scenario.run.backends) {
       const bool built = name == "auto" || name == "all" ||
                          std::any_of(registry.begin(), registry.end(), [&](const auto& be) { return be->name() == name; });
-      if (!built && overridden(sw.cases[i].scenario.overrides, "run.backends"))
-        throw InputError(InputSite{"--set (" + sw.file + ")", 0, "run.backends", "\"" + name + "\"",
-                                   "not compiled into this build (it has: " + here + "auto, all)",
-                                   "run it on a build with CUDA; --list still plans the sweep"});
-      if (!built)
-        throw InputError(InputSite{sw.file, sw.cases[i].backend_line, "axes.backend", "\"" + name + "\"",
-                                             "not compiled into this build (it has: " + here + "auto, all)",
-                                             "run it on a build with CUDA; --list still plans the sweep"});
+      if (built) continue;
+      // Named where it came from: the override that set the case's backends, or the axes line.
+      const bool set = overridden(sw.cases[i].scenario.overrides, "run.backends");
+      throw InputError(InputSite{set ? override_source(sw.file) : sw.file, set ? 0 : sw.cases[i].backend_line,
+                                 set ? "run.backends" : "axes.backend", "\"" + name + "\"",
+                                 "not compiled into this build (it has: " + here + "auto, all)",
+                                 "run it on a build with CUDA; --list still plans the sweep"});
     }
   }
 }

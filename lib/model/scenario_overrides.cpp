@@ -97,19 +97,19 @@ std::string_view trim(std::string_view s) {
 // TOML value but does not read as one is refused rather than taken as a string.
 toml::table value_table(const ScenarioOverride& o, const std::string& file) {
   if (o.value.empty())
-    throw InputError(InputSite{"--set (" + file + ")", 0, o.key, o.value, "no value", "an empty string is written \"\""});
+    throw InputError(InputSite{override_source(file), 0, o.key, o.value, "no value", "an empty string is written \"\""});
   const std::string src = "v = " + o.value;
   try {
     toml::table t = toml::parse(src, kOverrideSource);
     if (t.size() != 1 || t.get("v") == nullptr)
-      throw InputError(InputSite{"--set (" + file + ")", 0, o.key, o.value, "not one TOML value", kSetHint});
+      throw InputError(InputSite{override_source(file), 0, o.key, o.value, "not one TOML value", kSetHint});
     return t;
   } catch (const toml::parse_error& e) {
     const char c = o.value.front();
     const bool word = std::all_of(o.value.begin(), o.value.end(), [](char ch) { return bare_key_char(ch) || ch == '.'; }) &&
                       !(c >= '0' && c <= '9') && c != '-' && c != '+' && c != '.';
     if (!word)
-      throw InputError(InputSite{"--set (" + file + ")", 0, o.key, o.value,
+      throw InputError(InputSite{override_source(file), 0, o.key, o.value,
                                  "not a TOML value: " + std::string(e.description()),
                                  "a string with spaces or symbols goes in quotes: --set 'name=\"my run\"'"});
     toml::table t;
@@ -137,7 +137,7 @@ ScenarioOverride parse_override(std::string_view text) {
 }
 
 void apply_overrides(toml::table& root, const std::vector<ScenarioOverride>& overrides, const std::string& file) {
-  const std::string where = "--set (" + file + ")";
+  const std::string where = override_source(file);
   for (const ScenarioOverride& o : overrides) {
     const std::vector<Step> steps = parse_key(o.key, o.text());
     toml::table value = value_table(o, file);
@@ -198,7 +198,7 @@ InputSite override_error_site(const InputSite& site, const std::vector<ScenarioO
     if (!site.key.empty() &&
         (within(site.key, it->key) || (site.line == 0 && within(it->key, site.key)) || element_of(it->key))) {
       InputSite s = site;
-      s.file = "--set (" + file + ")";
+      s.file = override_source(file);
       s.line = 0;
       return s;
     }

@@ -29,6 +29,9 @@ void apply_overrides(toml::table& root, const std::vector<ScenarioOverride>& ove
 InputSite override_error_site(const InputSite& site, const std::vector<ScenarioOverride>& overrides,
                               const std::string& file);
 
+// Where a message about an override of the scenario `file` says it came from: "--set (FILE)".
+inline std::string override_source(const std::string& file) { return "--set (" + file + ")"; }
+
 // Whether an override set `key` or a key inside it, or set a value that holds `key` (run.backends
 // for "run.backends"; "run" for "run.iterations"): checks made after parsing (the backends this
 // build has) then name --set rather than the file.

@@ -132,7 +132,7 @@ void check_file_backends_built(const Scenario& s, const std::vector<std::unique_
     for (const auto& be : registry) built += (built.empty() ? "" : ", ") + be->name();
     // Names that --set gave name it, not the file's line.
     const bool set = overridden(s.overrides, "run.backends");
-    throw InputError(InputSite{set ? "--set (" + s.file + ")" : s.file, sited && !set ? run.backends_written[i].line : 0,
+    throw InputError(InputSite{set ? override_source(s.file) : s.file, sited && !set ? run.backends_written[i].line : 0,
                                "run.backends", sited ? run.backends_written[i].text : '"' + *canonical + '"',
                                "not in this build", "it has " + built + "; the CUDA backends need a build with ATTN_CUDA=ON"});
   }
@@ -149,7 +149,7 @@ struct BackendNames {
 };
 BackendNames backend_names(const Scenario& s, const PipelineOptions& opts) {
   if (opts.backends.empty())
-    return {s.run.backends, (overridden(s.overrides, "run.backends") ? "--set (" + s.file + ")" : s.file) + ": run.backends"};
+    return {s.run.backends, (overridden(s.overrides, "run.backends") ? override_source(s.file) : s.file) + ": run.backends"};
   return {opts.backends, "--backend"};
 }
 

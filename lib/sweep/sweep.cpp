@@ -162,7 +162,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
   const std::string& file = source_name;
   for (const ScenarioOverride& o : overrides)
     if (o.key == "name")
-      throw InputError(InputSite{"--set (" + file + ")", 0, o.key, o.value,
+      throw InputError(InputSite{override_source(file), 0, o.key, o.value,
                                  "a sweep names each of its cases (the name column of their rows)",
                                  "the sweep file's own `name` sets the first part of them"});
   toml::table root = parse_toml_document(toml_text, file);
