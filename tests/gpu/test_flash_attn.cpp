@@ -904,6 +904,28 @@ TEST(FlashAttnSelector, SplitRuleCountsAWindowsKeys) {
             2);
 }
 
+// A mixed step under a window: the claim rule prices each tile by its window's keys, the balanced
+// order keeps every key. scenarios/sinks_gptoss.toml (gpt-oss-20b: GQA 8, head size 64, window 128):
+// 32 decodes at 1000 keys read 128 each; priced at 1000 they looked like the step's heavy work and
+// kept fixed rounds, priced at 128 they are claimed (1.043 x on the H200, Version 73).
+TEST(FlashAttnSelector, ClaimRuleCountsAWindowsKeys) {
+  std::vector<int32_t> q(32, 1), k(32, 1001);
+  q.push_back(256);
+  k.push_back(356);
+  const Sm90Passes mixed = Sm90Passes::mixed;  // a 16-bit cache's default
+  const double h200_share = 0.94;                // flash_attn_stream_share of the H200 (Sm90TilesOf128Or192Rows)
+  const FlashAttnPass plain = make_flash_attn_pass(q, k, true, 8, 64, 8, 132, 0, mixed, nullptr, h200_share);
+  const FlashAttnPass window = make_flash_attn_pass(q, k, true, 8, 64, 8, 132, 0, mixed, nullptr, h200_share, 128);
+  ASSERT_TRUE(window.tiling.sm90_tiles);
+  EXPECT_FALSE(plain.dynamic_items);
+  EXPECT_TRUE(window.dynamic_items);
+  EXPECT_EQ(window.num_splits, 1);
+  EXPECT_EQ(*std::max_element(window.tile_keys.begin(), window.tile_keys.end()), 1001);
+  // A window wider than every sequence prices the tiles as no window does.
+  EXPECT_EQ(make_flash_attn_pass(q, k, true, 8, 64, 8, 132, 0, mixed, nullptr, h200_share, 4096).dynamic_items,
+            plain.dynamic_items);
+}
+
 TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // The hd128 decode kernel of a 16-bit cache fills 2 CTAs per SM (3 stages of 64 keys, by shared

@@ -237,7 +237,8 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
 
   struct Tile {
     int32_t seq, m_block;
-    int64_t keys;
+    int64_t keys;         // from kv_begin to its last token's key: the sort, the balanced rounds
+    int64_t window_keys;  // the keys its sliding window holds (= keys without one): the claim rule
   };
   std::vector<Tile> tiles;
   // The sm_90a kernel's prefill launches (no decode-sized sequence) tile each query from its end:
@@ -251,9 +252,10 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
   // takes the longest tile's window, as FlashAttention-3's caps the keys of local attention
   // (get_num_splits). Gemma-2's window test (9 prefill tiles x 8 kv heads) ran 3 splits of <= 319
   // keys in 44.3 us, unsplit 36.5; gpt-oss 16 x 1 @ 32k (window 128) 4 splits 12.0, unsplit 11.1
-  // (H200, docs/PERF_NOTES.md Version 72). The tiles' costs (tile_keys: the balanced rounds, the
-  // claim rule) keep every key from kv_begin: with the window's, gpt-oss 2 x 4k ran 0.981 x.
-  // ATTN_FA_WINDOW_KEYS=0 counts every key in the split rule too (A/B timing).
+  // (H200, docs/PERF_NOTES.md Version 72). The claim rule of a mixed pass prices each tile by its
+  // window's keys too: sinks_gptoss's step 1.043 x (Version 73). The sort and the balanced rounds
+  // (tile_keys) keep every key from kv_begin: with the window's, gpt-oss 2 x 4k ran 0.981 x.
+  // ATTN_FA_WINDOW_KEYS=0 counts every key in the split and claim rules too (A/B timing).
   static const bool window_keys = ab_switch_on("ATTN_FA_WINDOW_KEYS");
   const int tile_window = window_keys ? window : 0;
   int64_t max_window_keys = 0;
@@ -266,10 +268,12 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
       const int last_token = std::min(rows - 1, (mb + 1) * bm - 1 - shift) / gqa;
       const int64_t pos_base = seq_lens[s] - query_lens[s];
       const int64_t hi = causal ? pos_base + last_token + 1 : seq_lens[s];
-      tiles.push_back({static_cast<int32_t>(s), mb, std::max<int64_t>(hi - kv_begin, 0)});
+      const int64_t keys = std::max<int64_t>(hi - kv_begin, 0);
+      tiles.push_back({static_cast<int32_t>(s), mb, keys, keys});
       if (tile_window > 0) {
         const int64_t lo = std::max<int64_t>(kv_begin, pos_base + std::max(mb * bm - shift, 0) / gqa - tile_window + 1);
         max_window_keys = std::max(max_window_keys, hi - lo);
+        tiles.back().window_keys = std::max<int64_t>(hi - lo, 0);
       }
     }
   }
@@ -305,7 +309,7 @@ FlashAttnPass make_flash_attn_pass(const std::vector<int32_t>& query_lens, const
     std::vector<int64_t> keys;
     std::vector<bool> decode;
     for (const Tile& t : tiles) {
-      keys.push_back(t.keys);
+      keys.push_back(t.window_keys);
       decode.push_back(is_decode(t));
     }
     pass.dynamic_items = claim_items_dynamically(keys, decode, items_per_tile, num_sms, stream_share);
