@@ -289,6 +289,29 @@ TEST_F(ValidateFloorTest, ElementBoundScalesWithTheRow) {
   EXPECT_NE(v.failure.find("row rms"), std::string::npos) << v.failure;
 }
 
+// Below fp16's normal range (6.1e-5) rounding is absolute: a row of outputs ~1e-8 (a sink or far
+// keys taking nearly all the weight) stores as zeros and subnormals, half of 2^-24 off at most.
+// That exact result rounded once sits on its floor and passes; an error of a few subnormals fails.
+TEST(ValidateSubnormal, Fp16RowsBelowTheNormalRangeRoundAbsolutely) {
+  const Batch b = small_batch(small_spec(DType::f16));
+  ReferenceResult ref = random_reference(b, 23);
+  const size_t len = static_cast<size_t>(ref.head_size_v);
+  for (size_t i = 0; i < len; ++i) ref.o[i] *= 1e-7;  // row 0: |o| <= 1e-7, mostly below 2^-24
+  const Budget budget = default_budget(DType::f16);
+  AttentionOutput out = output_of(ref);
+  for (size_t i = 0; i < out.o.size(); ++i) out.o[i] = round_to(DType::f16, static_cast<float>(ref.o[i]));
+  ValidationResult v = validate_output(b, out, ref, budget);
+  EXPECT_TRUE(v.pass) << v.failure;
+  EXPECT_EQ(v.elements_over_budget, 0);
+  EXPECT_NEAR(v.err_over_floor, 1.0, 1e-3);
+  // Four subnormal steps off in row 0 (4 x 2^-24 ~ 2.4e-7: 8 x eta / 2, twice k_abs x eta / 2).
+  out.o[3] = static_cast<float>(ref.o[3] + 4 * 0x1p-24);
+  v = validate_output(b, out, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.elements_over_budget, 1);
+  EXPECT_NE(v.failure.find("eta"), std::string::npos) << v.failure;
+}
+
 // ---- validate_output ----------------------------------------------------------------------
 
 TEST_F(ValidateTest, ExactOutputPasses) {

@@ -28,6 +28,17 @@ double unit_roundoff(DType t) {
   return 0x1p-8;
 }
 
+double smallest_subnormal(DType t) {
+  switch (t) {
+    case DType::f32: return 0x1p-149;
+    case DType::f16: return 0x1p-24;
+    case DType::bf16: return 0x1p-133;
+    case DType::fp8_e4m3: return 0x1p-9;
+    case DType::fp8_e5m2: return 0x1p-16;
+  }
+  return 0x1p-133;
+}
+
 Budget default_budget(DType precision) {
   Budget b;
   b.precision = precision;

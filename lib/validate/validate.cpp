@@ -2,7 +2,8 @@
 //
 // The budget derives from the precision floor (validate.hpp, DESIGN.md): the exact reference
 // rounded once to the output dtype gives floor_rel_l2, and rel_l2 must stay within k_l2 times
-// it; each element must stay within k_abs * u * (|ref| + its row's RMS). Aggregates over the
+// it; each element must stay within k_abs * (u * (|ref| + its row's RMS) + eta / 2), eta the
+// dtype's smallest subnormal (the rounding of values below its normal range). Aggregates over the
 // finite elements: max abs error, max relative error |o - ref| / max(|ref|, u * row RMS),
 // relative L2 ||o - ref|| / ||ref||, cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2.
 // Non-finite values must sit exactly where the reference has them; a NaN where the reference is
@@ -195,7 +196,8 @@ std::string budget_failure(const Accumulated& acc, const Budget& budget, double 
     const std::string rule =
         budget.fixed_elementwise()
             ? fmt::format("atol + rtol*|ref| (atol={} rtol={})", budget.atol.value_or(0), budget.rtol.value_or(0))
-            : fmt::format("{} x u x (|ref| + row rms) (u={:g}, {})", budget.k_abs, unit_roundoff(budget.precision),
+            : fmt::format("{} x (u x (|ref| + row rms) + eta/2) (u={:g}, eta={:g}, {})", budget.k_abs,
+                          unit_roundoff(budget.precision), smallest_subnormal(budget.precision),
                           to_string(budget.precision));
     return fmt::format("{} of {} elements exceed {}; max_abs_err={:.3g} ({:.3g} x allowed); worst {}", acc.over,
                        acc.checked, rule, acc.max_abs, acc.worst_ratio, worst);
@@ -246,11 +248,14 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
   const double flow = data_flow_factor(out, u);
   floor.rel_l2 *= flow;
   auto row_scale = [&](int64_t r) { return u * flow * floor.row_rms[static_cast<size_t>(r)]; };
+  // Below the dtype's normal range rounding is absolute: half the smallest subnormal (fp16: an
+  // output of 7e-9 stores as 0, which the floor above already counts).
+  const double eta = smallest_subnormal(budget.precision);
   const Accumulated acc = accumulate(
       out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v,
       [&](int64_t r, double w) {
         if (budget.fixed_elementwise()) return budget.atol.value_or(0) + budget.rtol.value_or(0) * std::abs(w);
-        return budget.k_abs * u * flow * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]);
+        return budget.k_abs * flow * (u * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]) + eta / 2);
       },
       row_scale);
   v.elements_checked = acc.checked;

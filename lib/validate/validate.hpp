@@ -33,6 +33,10 @@ struct Budget {
 };
 // Unit roundoff (half an ulp at 1) of a storage dtype.
 double unit_roundoff(DType t);
+// The spacing of a storage dtype below its normal range (its smallest positive subnormal): a
+// value that small rounds with an absolute error up to half of it, not u times itself. fp16's is
+// 2^-24 ~ 6e-8, which outputs of rows whose sink or far keys take nearly all the weight reach.
+double smallest_subnormal(DType t);
 Budget default_budget(DType model_dtype);
 Budget apply_overrides(Budget b, const CheckConfig& c);
 
