@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "core/error.hpp"
 #include "metadata/common.hpp"
+#include "model/batch.hpp"
 #include "model/scenario.hpp"
 #include "model/spec.hpp"
 #include "model/toml_value_text.hpp"
@@ -1351,6 +1353,51 @@ TEST(ScenarioOverrides, QuickBatchesTakeThemToo) {
   ASSERT_TRUE(site.has_value());
   EXPECT_EQ(site->file, "--set (<cli>)");
   EXPECT_EQ(site->key, "model.block_size");
+}
+
+// The same, judged by what a quick batch is for: an override that changes nothing of the batch (run
+// keys) leaves every input a backend reads bit for bit as the quick batch's own, on presets whose
+// features live outside the shape (gpt-oss's sinks and window, Gemma-2's soft cap, Llama-4's local
+// chunk, DeepSeek's MLA latent cache and up-projections).
+TEST(ScenarioOverrides, QuickBatchesKeepEveryInputUnderARunOverride) {
+  const auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+  };
+  for (const char* preset : {"gpt-oss-20b", "gemma2-9b", "llama4-scout", "deepseek-v3-tp8"}) {
+    SCOPED_TRACE(preset);
+    const Scenario a = scenario_from_cli(preset, "2x1@300,1x40@90", 11);
+    const Scenario o = scenario_from_cli(preset, "2x1@300,1x40@90", 11, sets({"run.iterations=3", "run.warmup=0"}));
+    const std::vector<BatchShape> sa = expand_shapes(a), so = expand_shapes(o);
+    ASSERT_EQ(sa.size(), 1u);
+    ASSERT_EQ(so.size(), 1u);
+    const Batch x = make_batch(a.spec, sa[0], a.seed), y = make_batch(o.spec, so[0], o.seed);
+    EXPECT_EQ(x.spec.sliding_window, y.spec.sliding_window);
+    EXPECT_EQ(bits(x.spec.logits_soft_cap), bits(y.spec.logits_soft_cap));
+    EXPECT_EQ(bits(x.spec.scale), bits(y.spec.scale));
+    EXPECT_EQ(x.spec.use_mla, y.spec.use_mla);
+    EXPECT_EQ(x.local_attention_chunk, y.local_attention_chunk);
+    EXPECT_EQ(x.block_table, y.block_table);
+    EXPECT_EQ(x.slot_mapping, y.slot_mapping);
+    EXPECT_EQ(x.query_start_loc, y.query_start_loc);
+    EXPECT_EQ(x.sinks, y.sinks);
+    EXPECT_EQ(x.alibi, y.alibi);
+    for (int r = 0; r < x.num_reqs(); ++r) {
+      const int pos = x.requests[r].seq_len() - 1;  // a new token: it has a query
+      for (int d = 0; d < 16; ++d) {
+        EXPECT_EQ(bits(x.q(r, pos, 1, d)), bits(y.q(r, pos, 1, d)));
+        if (x.spec.use_mla) {
+          EXPECT_EQ(bits(x.latent(r, pos / 2, d)), bits(y.latent(r, pos / 2, d)));
+          EXPECT_EQ(bits(x.w_uk(1, d, d)), bits(y.w_uk(1, d, d)));
+        } else {
+          EXPECT_EQ(bits(x.k(r, pos / 2, 0, d)), bits(y.k(r, pos / 2, 0, d)));
+          EXPECT_EQ(bits(x.v(r, pos, 0, d)), bits(y.v(r, pos, 0, d)));
+        }
+      }
+    }
+    EXPECT_EQ(o.run.iterations, 3);
+  }
 }
 
 }  // namespace
