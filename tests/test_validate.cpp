@@ -310,6 +310,21 @@ TEST(ValidateSubnormal, Fp16RowsBelowTheNormalRangeRoundAbsolutely) {
   EXPECT_FALSE(v.pass);
   EXPECT_EQ(v.elements_over_budget, 1);
   EXPECT_NE(v.failure.find("eta"), std::string::npos) << v.failure;
+  // The subnormal rounding happens once, when O is stored: a data flow whose coarse intermediates
+  // raise the u terms (an e4m3 P, flow ~16 at fp16) does not raise it. A row of rms ~1e-5, inside
+  // fp16's normal range, written as zeros fails either way.
+  AttentionOutput zeroed = output_of(ref);
+  for (size_t i = 0; i < zeroed.o.size(); ++i) zeroed.o[i] = round_to(DType::f16, static_cast<float>(ref.o[i]));
+  const size_t row = 2;
+  for (size_t d = 0; d < len; ++d) {
+    ref.o[row * len + d] *= 1e-5;
+    zeroed.o[row * len + d] = 0;
+  }
+  zeroed.coarse_roundings = {DType::fp8_e4m3};
+  v = validate_output(b, zeroed, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_GE(v.elements_over_budget, static_cast<int64_t>(len) / 2);
+  EXPECT_NE(v.failure.find("flow="), std::string::npos) << v.failure;
 }
 
 // ---- validate_output ----------------------------------------------------------------------

@@ -2,8 +2,9 @@
 //
 // The budget derives from the precision floor (validate.hpp, DESIGN.md): the exact reference
 // rounded once to the output dtype gives floor_rel_l2, and rel_l2 must stay within k_l2 times
-// it; each element must stay within k_abs * (u * (|ref| + its row's RMS) + eta / 2), eta the
-// dtype's smallest subnormal (the rounding of values below its normal range). Aggregates over the
+// it; each element must stay within k_abs * (flow * u * (|ref| + its row's RMS) + eta / 2), flow
+// the data flow's factor (1 unless coarse intermediates round on the way) and eta the dtype's
+// smallest subnormal (the rounding of values below its normal range). Aggregates over the
 // finite elements: max abs error, max relative error |o - ref| / max(|ref|, u * row RMS),
 // relative L2 ||o - ref|| / ||ref||, cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2.
 // Non-finite values must sit exactly where the reference has them; a NaN where the reference is
@@ -186,7 +187,7 @@ double min_cosine_of_flow(const Budget& budget, double flow, double floor_rel_l2
 
 // The budget's factors, set by the scenario's [check], are echoed as written (shortest round-trip
 // text); the measured numbers to a few digits.
-std::string budget_failure(const Accumulated& acc, const Budget& budget, double floor_rel_l2, double min_cosine,
+std::string budget_failure(const Accumulated& acc, const Budget& budget, double flow, double floor_rel_l2, double min_cosine,
                            const std::string& worst) {
   if (acc.nan_mismatches > 0) {
     return fmt::format("{} non-finite mismatches ({} unwritten NaN) of {} elements; first at {}", acc.nan_mismatches,
@@ -196,9 +197,10 @@ std::string budget_failure(const Accumulated& acc, const Budget& budget, double 
     const std::string rule =
         budget.fixed_elementwise()
             ? fmt::format("atol + rtol*|ref| (atol={} rtol={})", budget.atol.value_or(0), budget.rtol.value_or(0))
-            : fmt::format("{} x (u x (|ref| + row rms) + eta/2) (u={:g}, eta={:g}, {})", budget.k_abs,
-                          unit_roundoff(budget.precision), smallest_subnormal(budget.precision),
-                          to_string(budget.precision));
+            : fmt::format("{} x ({}u x (|ref| + row rms) + eta/2) (u={:g}, eta={:g}, {}{})", budget.k_abs,
+                          flow > 1 ? "flow x " : "", unit_roundoff(budget.precision),
+                          smallest_subnormal(budget.precision), to_string(budget.precision),
+                          flow > 1 ? fmt::format(", flow={:.3g}", flow) : "");
     return fmt::format("{} of {} elements exceed {}; max_abs_err={:.3g} ({:.3g} x allowed); worst {}", acc.over,
                        acc.checked, rule, acc.max_abs, acc.worst_ratio, worst);
   }
@@ -247,15 +249,17 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
   // of the data flow, and the per-element scale, grow by sqrt(1 + sum (u_d / u)^2).
   const double flow = data_flow_factor(out, u);
   floor.rel_l2 *= flow;
-  auto row_scale = [&](int64_t r) { return u * flow * floor.row_rms[static_cast<size_t>(r)]; };
-  // Below the dtype's normal range rounding is absolute: half the smallest subnormal (fp16: an
-  // output of 7e-9 stores as 0, which the floor above already counts).
+  // Below the dtype's normal range the rounding of O is absolute: half the smallest subnormal
+  // (fp16: an output of 7e-9 stores as 0, which the floor above already counts). It happens once,
+  // when O is stored, so the data flow's factor does not scale it: with an e4m3 P (flow ~128) it
+  // would admit a zeroed fp16 row of rms 2e-4.
   const double eta = smallest_subnormal(budget.precision);
+  auto row_scale = [&](int64_t r) { return u * flow * floor.row_rms[static_cast<size_t>(r)] + eta / 2; };
   const Accumulated acc = accumulate(
       out.o.data(), ref.o.data(), ref.checked, rows, ref.head_size_v,
       [&](int64_t r, double w) {
         if (budget.fixed_elementwise()) return budget.atol.value_or(0) + budget.rtol.value_or(0) * std::abs(w);
-        return budget.k_abs * flow * (u * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]) + eta / 2);
+        return budget.k_abs * (flow * u * (std::abs(w) + floor.row_rms[static_cast<size_t>(r)]) + eta / 2);
       },
       row_scale);
   v.elements_checked = acc.checked;
@@ -280,7 +284,7 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
                             ref.pairs_total);
     return v;
   }
-  v.failure = budget_failure(acc, budget, floor.rel_l2, min_cosine_of_flow(budget, flow, floor.rel_l2),
+  v.failure = budget_failure(acc, budget, flow, floor.rel_l2, min_cosine_of_flow(budget, flow, floor.rel_l2),
                              describe(v.worst));
 
   // LSE: one value per row, budget 10 * atol + rtol * |ref|.

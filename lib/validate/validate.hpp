@@ -15,9 +15,11 @@ namespace attn {
 // result rounded once to the dtype O is stored in. Per checked batch:
 //   floor_rel_l2 = ||round(ref) - ref|| / ||ref||
 //   rel_l2      <= k_l2 * floor_rel_l2
-//   |o - ref|   <= k_abs * u * (|ref| + rms of ref over its (token, head) row)
+//   |o - ref|   <= k_abs * (u * (|ref| + rms of ref over its (token, head) row) + eta / 2)
 // with u the unit roundoff of that dtype (2^-8 bf16, 2^-11 fp16, 2^-24 fp32): the row term
-// covers elements near zero, whose error scales with the row, not with themselves. A [check]
+// covers elements near zero, whose error scales with the row, not with themselves; eta, the
+// dtype's smallest subnormal, covers rows below its normal range (fp16). Coarse intermediates
+// (an e4m3 P) scale the u terms by the data flow's factor (validate.cpp). A [check]
 // override of atol/rtol (max_rel_l2) replaces the per-element (L2) rule by the fixed one.
 struct Budget {
   DType precision = DType::bf16;  // the dtype O was stored in: sets the floor and u
