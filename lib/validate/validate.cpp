@@ -5,7 +5,7 @@
 // it; each element must stay within k_abs * (flow * u * (|ref| + its row's RMS) + eta / 2), flow
 // the data flow's factor (1 unless coarse intermediates round on the way) and eta the dtype's
 // smallest subnormal (the rounding of values below its normal range). Aggregates over the
-// finite elements: max abs error, max relative error |o - ref| / max(|ref|, u * row RMS),
+// finite elements: max abs error, max relative error |o - ref| / max(|ref|, flow * u * row RMS + eta / 2),
 // relative L2 ||o - ref|| / ||ref||, cosine similarity and NMSE = ||o - ref||^2 / ||ref||^2.
 // Non-finite values must sit exactly where the reference has them; a NaN where the reference is
 // finite is also counted as unwritten, because outputs are poisoned with NaN before every run.
@@ -187,8 +187,8 @@ double min_cosine_of_flow(const Budget& budget, double flow, double floor_rel_l2
 
 // The budget's factors, set by the scenario's [check], are echoed as written (shortest round-trip
 // text); the measured numbers to a few digits.
-std::string budget_failure(const Accumulated& acc, const Budget& budget, double flow, double floor_rel_l2, double min_cosine,
-                           const std::string& worst) {
+std::string budget_failure(const Accumulated& acc, const Budget& budget, double flow, double floor_rel_l2,
+                           double min_cosine, const std::string& worst) {
   if (acc.nan_mismatches > 0) {
     return fmt::format("{} non-finite mismatches ({} unwritten NaN) of {} elements; first at {}", acc.nan_mismatches,
                        acc.unwritten, acc.checked, worst);
