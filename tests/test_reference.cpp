@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -508,6 +509,27 @@ TEST(Reference, SamplingSpreadsOverPairs) {
     for (auto p : checked_pairs(b, r)) seen.insert(p);
   }
   EXPECT_EQ(seen.size(), 12u);
+}
+
+TEST(Reference, SamplingChecksEveryRequestFirst) {
+  // 30 requests x 8 heads = 240 pairs, 40 sampled: every request has a checked pair (uniform
+  // sampling would miss ~8 of them), and the other 10 are spread over the rest. With fewer pairs than
+  // requests, as many requests as pairs, one pair each.
+  const Batch b = batch_of(mha(8, 2, 16, 8), random_requests(31, 30, 0, 20, 3), 31);
+  ReferenceOptions opts;
+  opts.max_pairs = 40;
+  opts.sample_seed = 5;
+  const ReferenceResult r = compute_reference(b, opts);
+  EXPECT_EQ(r.pairs_checked, 40);
+  std::map<int, int> per_req;
+  for (const auto& [req, h] : checked_pairs(b, r)) ++per_req[req];
+  EXPECT_EQ(per_req.size(), 30u);
+  opts.max_pairs = 12;
+  const ReferenceResult few = compute_reference(b, opts);
+  std::map<int, int> per_req_few;
+  for (const auto& [req, h] : checked_pairs(b, few)) ++per_req_few[req];
+  EXPECT_EQ(per_req_few.size(), 12u);
+  for (const auto& [req, n] : per_req_few) EXPECT_EQ(n, 1) << req;
 }
 
 TEST(Reference, ThreadCountDoesNotChangeResults) {
