@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
-#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -1360,11 +1360,7 @@ TEST(ScenarioOverrides, QuickBatchesTakeThemToo) {
 // features live outside the shape (gpt-oss's sinks and window, Gemma-2's soft cap, Llama-4's local
 // chunk, DeepSeek's MLA latent cache and up-projections).
 TEST(ScenarioOverrides, QuickBatchesKeepEveryInputUnderARunOverride) {
-  const auto bits = [](float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-  };
+  const auto bits = [](float x) { return std::bit_cast<uint32_t>(x); };
   for (const char* preset : {"gpt-oss-20b", "gemma2-9b", "llama4-scout", "deepseek-v3-tp8"}) {
     SCOPED_TRACE(preset);
     const Scenario a = scenario_from_cli(preset, "2x1@300,1x40@90", 11);
