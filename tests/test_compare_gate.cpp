@@ -153,6 +153,7 @@ TEST(CompareGate, MeasuredWorkDiffersNamesEveryField) {
       {"kv_tokens 1280 -> 2560", [](ResultRow& r) { r.kv_tokens = 2560; }},
       {"shared_prefix_len 0 -> 512", [](ResultRow& r) { r.shared_prefix_len = 512; }},
       {"cascade false -> true", [](ResultRow& r) { r.cascade = true; }},
+      {"num_layers 1 -> 32", [](ResultRow& r) { r.num_layers = 32; }},
   };
   const ResultRow a = row("a", "cpu", 100);
   EXPECT_EQ(measured_work_differs(a, a), "");
@@ -163,7 +164,7 @@ TEST(CompareGate, MeasuredWorkDiffersNamesEveryField) {
   }
   ResultRow all = a;
   for (const auto& f : fields) f.second(all);
-  EXPECT_TRUE(has(measured_work_differs(a, all), "(+18 more)")) << measured_work_differs(a, all);
+  EXPECT_TRUE(has(measured_work_differs(a, all), "(+19 more)")) << measured_work_differs(a, all);
   // Timing and provenance are not work.
   ResultRow other = a;
   other.median_time_us = 5;

@@ -125,6 +125,37 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
 }
 
+// [run] num_layers: one call runs every layer, so a row's work is every layer's; a row that kept
+// one layer's flops and bytes under the time of three read each rate 3 x too low. (That each
+// backend runs every layer over its own cache is its own test: the cpu backend's test of layers
+// and threads, and each GPU backend's LayersEachOverTheirOwnCache.)
+TEST(PipelineLayers, WorkIsOfEveryLayer) {
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
+  PipelineOptions o = check_only("cpu");
+  o.time = true;
+  o.iterations = 3;
+  o.warmup = 0;
+  const PipelineResult one = run_scenario(sc, registry, o);
+  sc.run.num_layers = 3;
+  const PipelineResult three = run_scenario(sc, registry, o);
+  ASSERT_EQ(one.rows.size(), 1u);
+  ASSERT_EQ(three.rows.size(), 1u);
+  const ResultRow &a = one.rows[0], &b = three.rows[0];
+  EXPECT_EQ(b.status, "pass") << b.reason;
+  EXPECT_EQ(a.num_layers, 1);
+  EXPECT_EQ(b.num_layers, 3);
+  EXPECT_GT(a.flops, 0);
+  EXPECT_DOUBLE_EQ(b.flops, 3 * a.flops);
+  EXPECT_DOUBLE_EQ(b.bytes, 3 * a.bytes);
+  EXPECT_GT(b.samples, 0);
+  // The rows' own rates divide that work by their own times.
+  EXPECT_DOUBLE_EQ(b.tflops, b.flops / (b.median_time_us * 1e-6) / 1e12);
+  // planned_rows, which a sweep's --resume compares stored rows with, says the same.
+  EXPECT_EQ(planned_rows(sc, o).front().num_layers, 3);
+}
+
 // Defect: a feature's bug was judged without the coarse intermediates the row's output declares,
 // so its element bounds were the plain dtype's while the row's own were raised: the reported
 // sensitivity of an fp8 tensor-core row read up to 16 x what its check can see. Here the cpu

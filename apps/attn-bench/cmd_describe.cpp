@@ -42,7 +42,7 @@ int run_describe(const ScenarioArgs& args, Format f) {
   // joins a results file on them.
   Table t{{"batch", "num_reqs", "num_tokens", "num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens",
            "max_query_len", "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "host_bytes", "kv_tokens",
-           "flops", "bytes", "shared_prefix_len", "common_prefix_len", "cascade", "cascade_reason", "spec"},
+           "flops", "bytes", "shared_prefix_len", "common_prefix_len", "cascade", "cascade_reason", "num_layers", "spec"},
           {}};
   for (const Scenario& s : args.load()) {
     for (const BatchShape& shape : expand_shapes(s)) {
@@ -65,14 +65,20 @@ int run_describe(const ScenarioArgs& args, Format f) {
                    human(m.host_bytes, ""));
         fmt::print("  attention   {}FLOP, {}B moved ({} cache tokens read); arithmetic intensity {:.1f} FLOP/B\n",
                    human(m.flops, ""), human(m.bytes, ""), m.kv_tokens_read, m.bytes > 0 ? m.flops / m.bytes : 0.0);
-        fmt::print("  cascade     {} ({})\n\n", m.cascade ? "yes" : "no", m.cascade_reason);
+        fmt::print("  cascade     {} ({})\n", m.cascade ? "yes" : "no", m.cascade_reason);
+        // [run] num_layers: a call runs every layer, each over its own cache (the figures above are one layer's).
+        if (s.run.num_layers > 1)
+          fmt::print("  layers      {}: a call's work is {} x the above, over {} KV caches ({}B in all)\n", s.run.num_layers,
+                     s.run.num_layers, s.run.num_layers, human(m.kv_cache_bytes * s.run.num_layers, ""));
+        fmt::print("\n");
       }
       t.rows.push_back({m.label, m.num_reqs, m.num_tokens, m.num_decodes, m.num_prefills, m.num_decode_tokens,
                         m.num_prefill_tokens, m.max_query_len, m.max_seq_len, m.blocks_used, m.num_blocks,
                         Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)),
                         Cell::number(fmt::format("{:.0f}", m.host_bytes)), m.kv_tokens_read,
                         Cell::number(fmt::format("{:.0f}", m.flops)), Cell::number(fmt::format("{:.0f}", m.bytes)),
-                        b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, spec_line(b.spec)});
+                        b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, s.run.num_layers,
+                        spec_line(b.spec)});
     }
   }
   if (f != Format::table) fmt::print("{}", t.render(f));

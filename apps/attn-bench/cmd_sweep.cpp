@@ -95,7 +95,7 @@ constexpr const char* kResumeColumns[] = {
     "block_size", "sliding_window", "logits_soft_cap", "scale", "k_scale", "v_scale", "q_scale", "alibi", "sinks",
     "causal", "mla",
     // batch and data
-    "shared_prefix_len", "batch", "seed",
+    "shared_prefix_len", "num_layers", "batch", "seed",
     // timing settings
     "warmup", "iterations", "host_timeout_s",
     // which sweep and split

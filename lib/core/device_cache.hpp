@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/device.hpp"
 #include "kernels/cache/cache_params.hpp"
@@ -51,5 +52,24 @@ class DeviceCacheFill {
 void fill_cache_device(const Batch& b, const KvCacheLayout& layout, void* cache, cudaStream_t stream);
 // A new device cache of `layout`, filled for `b` (stream synchronized before returning).
 DeviceBuffer make_device_cache(const Batch& b, const KvCacheLayout& layout, cudaStream_t stream);
+
+// One cache per layer ([run] num_layers): a serving step plans once and runs every layer over its
+// own cache, so a layer's pages are not in L2 from the layer before. Every cache holds the same
+// bytes (the batch's), so any layer's output is the batch's output; poisoning each layer's new
+// slots catches a layer that reads a cache its write did not reach. The caches' total is checked
+// against the device's free memory first, so too many layers fail with the key's name rather than
+// a bare cudaMalloc error.
+class LayerCaches {
+ public:
+  LayerCaches() = default;
+  LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream);
+  int size() const { return static_cast<int>(caches_.size()); }
+  void* data(int layer) const { return caches_[static_cast<size_t>(layer)].data(); }
+  template <class T>
+  T* as(int layer) const { return caches_[static_cast<size_t>(layer)].as<T>(); }
+
+ private:
+  std::vector<DeviceBuffer> caches_;
+};
 
 }  // namespace attn

@@ -1,7 +1,9 @@
 #include "core/device_cache.hpp"
 
+#include <string>
 #include <vector>
 
+#include "core/host_memory.hpp"
 #include "kernels/cache/cache_launch.hpp"
 
 namespace attn {
@@ -119,6 +121,26 @@ ReshapeAndCacheParams cache_write_params(const Batch& b, const CacheView& view, 
   rc.input_dtype = s.dtype;
   rc.cache_dtype = s.kv_cache_dtype;
   return rc;
+}
+
+LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream) {
+  const int n = num_layers < 1 ? 1 : num_layers;
+  const double total = static_cast<double>(layout.bytes()) * n;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (n > 1 && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && total > static_cast<double>(free_bytes))
+    throw RuntimeError("[run] num_layers = " + std::to_string(n) + ": " + std::to_string(n) + " KV caches of " +
+                       format_bytes(static_cast<double>(layout.bytes())) + " need " + format_bytes(total) +
+                       "; the device has " + format_bytes(static_cast<double>(free_bytes)) + " free of " +
+                       format_bytes(static_cast<double>(total_bytes)) + " (fewer layers, or a smaller batch)");
+  caches_.reserve(static_cast<size_t>(n));
+  caches_.push_back(make_device_cache(b, layout, stream));
+  // The other layers copy the first: the same bytes, without the fill's tables again.
+  for (int l = 1; l < n; ++l) {
+    caches_.emplace_back(layout.bytes());
+    ATTN_CUDA_CHECK(cudaMemcpyAsync(caches_.back().data(), caches_.front().data(), layout.bytes(),
+                                    cudaMemcpyDeviceToDevice, stream));
+  }
+  ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace attn

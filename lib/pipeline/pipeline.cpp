@@ -284,11 +284,13 @@ TimingOptions timing_options(const Scenario& s, const PipelineOptions& opts) {
 // needs to make the same row (spec, requests, seed, warmup/iterations; host_timeout_s as for a
 // host row: a device row clears it). run_scenario starts every row from it and `sweep --resume`
 // compares stored rows with it (planned_rows).
-ResultRow planned_row(const BatchShape& shape, const Batch& batch, const TimingOptions& topts, bool timed) {
+ResultRow planned_row(const BatchShape& shape, const Batch& batch, int num_layers, const TimingOptions& topts,
+                      bool timed) {
   ResultRow row;
   row.scenario = batch.label;
   fill_spec_columns(row, batch);
   row.shared_prefix_len = batch.shared_prefix_len;
+  row.num_layers = num_layers;
   row.batch = batch_spec_text(shape.requests);
   row.seed = batch.seed;
   if (timed) {
@@ -344,7 +346,7 @@ std::vector<ResultRow> planned_rows(const Scenario& s, const PipelineOptions& op
   const TimingOptions topts = timing_options(s, opts);
   std::vector<ResultRow> rows;
   for (const BatchShape& shape : expand_shapes(s))
-    rows.push_back(planned_row(shape, make_batch(s.spec, shape, s.seed), topts, opts.time));
+    rows.push_back(planned_row(shape, make_batch(s.spec, shape, s.seed), s.run.num_layers, topts, opts.time));
   return rows;
 }
 
@@ -424,7 +426,7 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
     std::vector<std::pair<std::string, AttentionOutput>> outputs;
     for (size_t bi = 0; bi < backends.size(); ++bi) {
       const Backend* be = backends[bi];
-      ResultRow row = planned_row(shape, batch, topts, opts.time);
+      ResultRow row = planned_row(shape, batch, ropts.num_layers, topts, opts.time);
       row.backend = be->name();
       if (runs_on_device(*be)) row.host_timeout_s = -1;  // device rows take every iteration
       row.num_reqs = summary.num_reqs;
@@ -434,8 +436,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.num_decode_tokens = summary.num_decode_tokens;
       row.num_prefill_tokens = summary.num_prefill_tokens;
       row.kv_tokens = summary.kv_tokens_read;
-      row.flops = summary.flops;
-      row.bytes = summary.bytes;
+      // run() runs every layer: the work of all of them (each layer reads its own cache).
+      row.flops = summary.flops * row.num_layers;
+      row.bytes = summary.bytes * row.num_layers;
       row.total_pairs = ref.pairs_total;
       row.checked_pairs = ref.pairs_checked;
       row.quant_rel_l2 = quant_err;
@@ -570,6 +573,13 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         if (opts.time) {
           if (opts.progress) opts.progress(fmt::format("{}: {} timing", batch.label, be->name()));
           const Timing t = time_instance(*inst, topts);
+          if (t.graph_output && row.status == to_string(RowStatus::pass)) {
+            const ValidationResult vg = validate_output(batch, *t.graph_output, check_ref, budget);
+            if (!vg.pass) {
+              row.status = to_string(RowStatus::fail);
+              row.reason = "the CUDA-graph replay that was timed: " + vg.failure;
+            }
+          }
           row.plan_us = t.plan_us;
           row.median_time_us = t.median_us;
           row.min_time_us = t.min_us;

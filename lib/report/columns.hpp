@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 78> kResultColumns{{
+inline constexpr std::array<ResultColumn, 79> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -56,6 +56,7 @@ inline constexpr std::array<ResultColumn, 78> kResultColumns{{
     {"kv_tokens", &ResultRow::kv_tokens},
     {"shared_prefix_len", &ResultRow::shared_prefix_len},
     {"cascade", &ResultRow::cascade},
+    {"num_layers", &ResultRow::num_layers},
     {"plan_summary", &ResultRow::plan_summary},
     {"batch", &ResultRow::batch},
     {"seed", &ResultRow::seed},

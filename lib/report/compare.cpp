@@ -136,6 +136,7 @@ std::string measured_work_differs(const ResultRow& a, const ResultRow& b) {
   field("kv_tokens", &ResultRow::kv_tokens);
   field("shared_prefix_len", &ResultRow::shared_prefix_len);
   field("cascade", &ResultRow::cascade);
+  field("num_layers", &ResultRow::num_layers);
   // The request list and the data seed, where both sides wrote them (files of older builds have
   // no such columns: their rows are judged by the aggregates above).
   if (!a.batch.empty() && !b.batch.empty()) {

@@ -33,6 +33,9 @@ struct ResultRow {
   int64_t num_decode_tokens = 0, num_prefill_tokens = 0, kv_tokens = 0;
   int shared_prefix_len = 0;
   bool cascade = false;
+  // [run] num_layers: run() ran this many layers, each over its own cache, so flops, bytes and
+  // the times are of all of them (files without the column read as 1).
+  int num_layers = 1;
   std::string plan_summary;
   // What reproduces the batch: its requests as `--batch` takes them ("48x1@2048,2x512@1024", in
   // batch order) and the data seed actually used (after --seed).

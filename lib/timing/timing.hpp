@@ -2,6 +2,7 @@
 // Timing of a bound backend (nvbench-style): warm-up, N samples, median/min/max/stdev.
 // Host instances: steady_clock around each run(). Device instances: CUDA events around each
 // launch sequence (or its CUDA-graph replay), with L2 flushed before every sample in cold mode.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct Timing {
   double plan_us = 0;   // host metadata/scheduling time (median of the plan calls)
   std::string method;   // "wall" | "cuda_events" | "cuda_graph"
   bool cold_l2 = false;
+  // cuda_graph: what the timed graph wrote when replayed once more after poison(). A run() that is
+  // right when launched but not when captured (work on another stream, a host-side step, a value
+  // read at capture time) would be timed without ever being checked; the caller checks this.
+  std::optional<AttentionOutput> graph_output;
 };
 
 Timing summarize_samples(std::vector<double> samples_us);

@@ -97,6 +97,11 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
   }
 
   Timing t = summarize_samples(std::move(samples));
+  if (graph.exec) {
+    inst.poison();
+    ATTN_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream));
+    t.graph_output = inst.fetch();
+  }
   t.plan_us = summarize_samples(std::move(plan_us)).median_us;
   t.method = opts.cuda_graph ? "cuda_graph" : "cuda_events";
   t.cold_l2 = opts.cold_l2;

@@ -9,7 +9,10 @@
 
 #include "backends/backend.hpp"
 #include "core/device.hpp"
+#include "metadata/common.hpp"
 #include "model/scenario.hpp"
+#include "reference/reference.hpp"
+#include "validate/validate.hpp"
 
 // First statement of every GPU test body.
 #define ATTN_REQUIRE_CUDA_DEVICE()                                     \
@@ -87,6 +90,40 @@ inline void replay_in_graph(BackendInstance& inst, AttentionOutput* out) {
   if (launched == cudaSuccess) *out = inst.fetch();
   cudaGraphExecDestroy(exec);
   ASSERT_EQ(launched, cudaSuccess);
+}
+
+// [run] num_layers: an instance of `layers` layers (planned once, each layer's cache write and
+// attention over a cache of its own) is poisoned (every layer's new slots) and run, twice. Each
+// time it must pass the reference and give bitwise the one-layer instance's O and LSE: a layer that
+// reads a cache its own write did not reach reads the poisoned new slots, and the last layer's
+// output is what fetch() returns.
+inline void expect_layers_like_one(const Backend& backend, const Batch& b, int layers, RunOptions opts = {}) {
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const Support sup = backend.supports(b.spec, b);
+  ASSERT_TRUE(sup.ok) << sup.reason;
+  auto one = backend.create(b, m, opts);
+  one->plan();
+  one->poison();
+  one->run();
+  const AttentionOutput want = one->fetch();
+  one.reset();
+  opts.num_layers = layers;
+  auto many = backend.create(b, m, opts);
+  many->plan();
+  ReferenceOptions ro;
+  ro.max_pairs = 64;
+  ro.sample_seed = 5;
+  const ReferenceResult ref = compute_reference(b, reference_options_for(want, ro));
+  for (int launch = 0; launch < 2; ++launch) {
+    many->poison();
+    many->run();
+    const AttentionOutput got = many->fetch();
+    const ValidationResult v = validate_output(b, got, ref, default_budget(b.spec.dtype));
+    EXPECT_TRUE(v.pass) << backend.name() << " " << layers << " layers, launch " << launch << ": " << v.failure
+                        << " | plan: " << many->plan_summary();
+    EXPECT_TRUE(got.o == want.o) << backend.name() << ": " << layers << " layers' O differs from one layer's";
+    EXPECT_TRUE(got.lse == want.lse) << backend.name() << ": " << layers << " layers' LSE differs from one layer's";
+  }
 }
 
 // Index of the first differing byte, or -1.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "core/env.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "metadata/common.hpp"
+#include "model/scenario.hpp"
+#include "pipeline/pipeline.hpp"
 #include "reference/reference.hpp"
 #include "validate/validate.hpp"
 
@@ -163,6 +166,26 @@ TEST(FlashAttnGpu, MixedStepClaimsItems) {
     EXPECT_EQ(plan.find("items=dynamic") != std::string::npos, sm90) << plan;
     EXPECT_EQ(plan.find("front_ctas=") != std::string::npos, sm90 && st.two_ended) << plan;
   }
+}
+
+// [run] num_layers: three layers over caches of their own, each a mixed step split over its decodes
+// and a cascade over a shared prefix (two launches and a merge per layer).
+TEST(FlashAttnGpu, LayersEachOverTheirOwnCache) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  BatchShape mixed;
+  mixed.label = "test";
+  for (int i = 0; i < 12; ++i) mixed.requests.push_back({300 + 41 * i, 1});
+  mixed.requests.push_back({260, 200});
+  mixed.block_allocation = BlockAllocation::shuffled;
+  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(make_spec(32, 8, 128), mixed, 7), 3);
+  BatchShape shared;
+  shared.label = "test";
+  shared.requests = {{700, 1}, {650, 3}, {900, 1}};
+  shared.shared_prefix_len = 512;
+  shared.block_allocation = BlockAllocation::shuffled;
+  RunOptions cascade;
+  cascade.cascade = CascadeMode::on;
+  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(make_spec(16, 4, 128), shared, 7), 2, cascade);
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
@@ -1495,6 +1518,77 @@ TEST(FlashAttnSelector, Sm90HeadGroupsForL2) {
     EXPECT_TRUE(hi <= *std::max_element(snake.begin(), snake.end()) + 1e-9 ||
                 hi <= 1.01 * std::max(total / 132, largest) + 1e-9)
         << "no later than the snake, or within 1 % of the best order";
+  }
+}
+
+// FLASH_ATTN, except that run() does nothing while its stream is being captured: right when
+// launched, empty as a CUDA graph (a planted fault of the kind a host-side step inside run() makes).
+class CaptureSkippingInstance final : public BackendInstance {
+ public:
+  explicit CaptureSkippingInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    (void)cudaStreamIsCapturing(static_cast<cudaStream_t>(inner_->stream()), &status);
+    if (status == cudaStreamCaptureStatusNone) inner_->run();
+  }
+  void poison() override { inner_->poison(); }
+  void synchronize() override { inner_->synchronize(); }
+  AttentionOutput fetch() override { return inner_->fetch(); }
+  bool on_device() const override { return true; }
+  void* stream() const override { return inner_->stream(); }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+};
+
+class CaptureSkippingBackend final : public Backend {
+ public:
+  std::string name() const override { return "capture_skipping"; }
+  std::string description() const override { return "FLASH_ATTN, empty when captured"; }
+  std::vector<std::string> features() const override { return {}; }
+  Support available() const override { return inner_->available(); }
+  Support supports(const AttentionSpec& s, const Batch& b) const override { return inner_->supports(s, b); }
+  std::unique_ptr<BackendInstance> create(const Batch& b, const CommonAttentionMetadata& m,
+                                          const RunOptions& o) const override {
+    return std::make_unique<CaptureSkippingInstance>(inner_->create(b, m, o));
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = make_flash_attn_backend();
+};
+
+// The graph that `run --cuda-graph` times is the graph that gets checked: replayed over poisoned
+// outputs after the samples, its output validated like the row's own. A run() that is right only
+// when launched fails its row instead of being timed unchecked.
+TEST(FlashAttnGpu, TimedGraphReplayIsChecked) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_flash_attn_backend());
+  registry.push_back(std::make_unique<CaptureSkippingBackend>());
+  Scenario sc = scenario_from_cli("llama3-8b", "6x1@300,1x40@100", 3);
+  sc.run.num_layers = 2;  // the graph holds both layers
+  PipelineOptions o;
+  o.time = true;
+  o.warmup = 1;
+  o.iterations = 2;
+  o.cuda_graph = true;
+  o.batch_invariance = false;
+  o.read_floor = false;
+  o.check_sample = 16;
+  for (const char* name : {"flash_attn", "capture_skipping"}) {
+    o.backends = {name};
+    const PipelineResult r = run_scenario(sc, registry, o);
+    ASSERT_EQ(r.rows.size(), 1u);
+    const ResultRow& row = r.rows[0];
+    EXPECT_EQ(row.timing_method, "cuda_graph");
+    EXPECT_EQ(row.num_layers, 2);
+    if (std::string(name) == "flash_attn") {
+      EXPECT_EQ(row.status, "pass") << row.reason;
+    } else {
+      EXPECT_EQ(row.status, "fail");
+      EXPECT_NE(row.reason.find("the CUDA-graph replay that was timed"), std::string::npos) << row.reason;
+    }
   }
 }
 

@@ -328,6 +328,22 @@ TEST(FlashInferGpu, Fp8DecodeRunsOnTensorCoresAndAgreesWithCudaCores) {
   }
 }
 
+// [run] num_layers: three layers over caches of their own on one plan, a mixed step (decode and
+// prefill passes), then two layers of a cascade (a merge of two levels per layer).
+TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case c{make_spec(32, 8, 128)};
+  for (int i = 0; i < 12; ++i) c.requests.push_back({300 + 41 * i, 1});
+  c.requests.push_back({260, 200});
+  testing::expect_layers_like_one(*make_flashinfer_backend(), make_case_batch(c), 3);
+  Case cas{make_spec(16, 4, 128)};
+  cas.requests = {{700, 1}, {650, 3}, {900, 1}};
+  cas.shared_prefix_len = 512;
+  RunOptions cascade;
+  cascade.cascade = CascadeMode::on;
+  testing::expect_layers_like_one(*make_flashinfer_backend(), make_case_batch(cas), 2, cascade);
+}
+
 TEST(FlashInferGpu, CascadeMatchesNonCascade) {
   // Level 0 (every token against the shared prefix) runs the sm_90a kernel on an sm_90a device,
   // in kv splits with a slot each, or FlashInfer's own prefill; both must merge with level 1 to

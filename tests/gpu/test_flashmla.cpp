@@ -375,6 +375,15 @@ TEST(FlashMlaGpu, PrefillDeepseekShape) {
   }
 }
 
+// [run] num_layers: three layers over caches of their own on one schedule, each the whole data flow
+// (the cache write, q absorbed, split decodes and their combine, o up-projected, the prefill's
+// context chunks gathered from that layer's cache).
+TEST(FlashMlaGpu, LayersEachOverTheirOwnCache) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  testing::expect_layers_like_one(*make_flashmla_backend(),
+                                  make(mla_spec(16), {{3000, 1}, {192, 64}, {700, 1}, {64, 48}, {5, 1}}), 3);
+}
+
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // A 128-token workspace over 3 prefills with context: 64-token chunks, 4 passes over the

@@ -31,10 +31,11 @@ class FlashAttnInstance final : public BackendInstance {
     const int64_t T = b.num_tokens();
     const int D = s.head_size_qk;
 
-    // Cache: NaN everywhere, then the context tokens (bit-identical to Batch::k()/v()).
+    // Caches, one per layer: NaN everywhere, then the context tokens (bit-identical to
+    // Batch::k()/v()).
     layout_ = make_cache_layout(b, CacheFormat::flash_attn);
     view_ = cache_view(layout_);
-    cache_ = make_device_cache(b, layout_, stream_);
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_);
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype,
                              [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); });
@@ -83,7 +84,14 @@ class FlashAttnInstance final : public BackendInstance {
     upload_schedule();
   }
 
+  // Every layer in turn: its cache write, its passes, its merge (each layer's output is the
+  // batch's; the last one's is what fetch() reads).
   void run() override {
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    layer_ = 0;
+  }
+
+  void run_layer() {
     const AttentionSpec& s = batch_.spec;
     write_cache(k_new_.data(), v_new_.data());
 
@@ -128,7 +136,8 @@ class FlashAttnInstance final : public BackendInstance {
     const int64_t T = batch_.num_tokens();
     launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
     launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
-    write_cache(nan_kv_.data(), nan_kv_.data());
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_kv_.data(), nan_kv_.data());
+    layer_ = 0;
   }
 
   void synchronize() override { stream_.synchronize(); }
@@ -180,7 +189,7 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_), slot_mapping_.as<int64_t>(), k, v);
     // Both kernels overlap the write (they start at once and wait for it before their new keys).
     // The sm_90a kernel needs whole SMs, so a small step's write is packed onto few of them; the
     // mma.sync decode tiling shares SMs with the write's CTAs and keeps a CTA per token.
@@ -194,8 +203,8 @@ class FlashAttnInstance final : public BackendInstance {
     const AttentionSpec& s = batch_.spec;
     FlashAttnParams p{};
     p.q = q_.data();
-    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * dtype_size(s.kv_cache_dtype);
-    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * dtype_size(s.kv_cache_dtype);
+    p.k_cache = caches_.as<uint8_t>(layer_) + view_.k_offset * dtype_size(s.kv_cache_dtype);
+    p.v_cache = caches_.as<uint8_t>(layer_) + view_.v_offset * dtype_size(s.kv_cache_dtype);
     p.block_table = block_table_.as<int32_t>();
     p.seq_lens = seq_lens_.as<int32_t>();
     p.query_start_loc = query_start_loc_.as<int32_t>();
@@ -254,7 +263,8 @@ class FlashAttnInstance final : public BackendInstance {
   FlashAttnSchedule schedule_;
   int main_item_tiles_ = 0, prefix_item_tiles_ = 0;  // mean_item_key_tiles of the schedule's passes
   std::vector<int32_t> prefix_host_;
-  DeviceBuffer cache_;            // (2, num_blocks, block_size, Hkv, D) cache dtype
+  LayerCaches caches_;            // [num_layers] (2, num_blocks, block_size, Hkv, D) cache dtype
+  int layer_ = 0;                 // the layer run() / poison() is at
   DeviceBuffer q_;                // [num_tokens, Hq, D] model dtype
   DeviceBuffer k_new_, v_new_;    // [num_tokens, Hkv, D] model dtype
   DeviceBuffer nan_kv_;           // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots

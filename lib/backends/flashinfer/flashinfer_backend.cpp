@@ -129,7 +129,7 @@ class FlashInferInstance final : public BackendInstance {
 
     layout_ = make_cache_layout(b, CacheFormat::flashinfer);
     view_ = cache_view(layout_);
-    cache_ = make_device_cache(b, layout_, stream_);
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_);  // one per layer
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype, [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); },
                              token_of_);
@@ -164,7 +164,14 @@ class FlashInferInstance final : public BackendInstance {
     upload_passes();
   }
 
+  // Every layer in turn over its own cache, on the one plan (each layer's output is the batch's;
+  // the last one's is what fetch() reads).
   void run() override {
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    layer_ = 0;
+  }
+
+  void run_layer() {
     const AttentionSpec& s = batch_.spec;
     // The layer's hyper-parameters must be the planned ones (infer_global_hyperparameters).
     flashinfer::check_hyperparameters(hyper_, flashinfer::hyperparameters_of(s));
@@ -186,7 +193,8 @@ class FlashInferInstance final : public BackendInstance {
     const int64_t T = batch_.num_tokens();
     launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
     launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
-    write_cache(nan_kv_.data(), nan_kv_.data());
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_kv_.data(), nan_kv_.data());
+    layer_ = 0;
   }
 
   void synchronize() override { stream_.synchronize(); }
@@ -422,8 +430,8 @@ class FlashInferInstance final : public BackendInstance {
     FiAttentionParams p{};
     p.q = q_.as<uint8_t>() + static_cast<std::size_t>(pass.token_begin) * H * D * es;
     p.qo_indptr = pass.qo_indptr_d.as<int32_t>();
-    p.kv.k = cache_.as<uint8_t>() + view_.k_offset * kv_es;
-    p.kv.v = cache_.as<uint8_t>() + view_.v_offset * kv_es;
+    p.kv.k = caches_.as<uint8_t>(layer_) + view_.k_offset * kv_es;
+    p.kv.v = caches_.as<uint8_t>(layer_) + view_.v_offset * kv_es;
     p.kv.indptr = pass.indptr_d.as<int32_t>();
     p.kv.indices = pass.indices_d.as<int32_t>();
     p.kv.last_page_len = pass.last_page_len_d.as<int32_t>();
@@ -484,8 +492,8 @@ class FlashInferInstance final : public BackendInstance {
     const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
     FlashAttnParams p{};
     p.q = q_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
-    p.k_cache = cache_.as<uint8_t>() + view_.k_offset * kv_es;
-    p.v_cache = cache_.as<uint8_t>() + view_.v_offset * kv_es;
+    p.k_cache = caches_.as<uint8_t>(layer_) + view_.k_offset * kv_es;
+    p.v_cache = caches_.as<uint8_t>(layer_) + view_.v_offset * kv_es;
     if (s.kv_fp8()) {
       p.k_descale = pass.descales_d.as<float>();
       p.v_descale = p.k_descale + pass.kv_lens.size() * static_cast<std::size_t>(s.num_kv_heads);
@@ -531,7 +539,7 @@ class FlashInferInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, cache_.data(), slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_), slot_mapping_.as<int64_t>(), k, v);
     // The CUDA-core decode and the sm_90a kernel overlap the write (they start at once and wait
     // for it before their new keys) when theirs is the first pass that runs.
     const auto first = std::find_if(passes_.begin(), passes_.end(), [](const Pass& p) { return p.num_tokens > 0; });
@@ -555,7 +563,8 @@ class FlashInferInstance final : public BackendInstance {
   CascadeChoice cascade_;
   std::vector<Pass> passes_;
   std::vector<int64_t> token_of_;  // [num_tokens] batch token of each internal row
-  DeviceBuffer cache_;             // (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
+  int layer_ = 0;                  // the layer run() / poison() is at
+  LayerCaches caches_;             // [num_layers] each (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
   DeviceBuffer q_;                 // [num_tokens, Hq, D] model dtype, internal order
   DeviceBuffer k_new_, v_new_;     // [num_tokens, Hkv, D] model dtype, batch order
   DeviceBuffer nan_kv_;            // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots

@@ -81,7 +81,7 @@ class FlashMlaInstance final : public BackendInstance {
 
     layout_ = make_cache_layout(b, CacheFormat::flashmla);
     view_ = cache_view(layout_);
-    cache_ = make_device_cache(b, layout_, stream_);
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_);  // one per layer
 
     // Inputs in the model dtype, internal order: q [T, H, 192], latent [T, 576]; W_UK and W_UV
     // [H, 512, 128] (W_UV also as fp32 for the decode's fp32 up-projection).
@@ -164,17 +164,25 @@ class FlashMlaInstance final : public BackendInstance {
     upload_schedule();
   }
 
+  // Every layer in turn over its own cache, on the one schedule (each layer's output is the
+  // batch's; the last one's is what fetch() reads).
   void run() override {
     if (kernel_only_) {
-      // Cache and q' once, as the whole path would leave them: the kernel reads real values.
-      if (!absorbed_) {
-        write_cache(latent_.data());
-        absorb_q();
+      // Caches and q' once, as the whole path would leave them: the kernel reads real values.
+      for (layer_ = 0; layer_ < caches_.size(); ++layer_) {
+        if (!absorbed_) write_cache(latent_.data());
+        if (!absorbed_ && layer_ == 0) absorb_q();
+        run_decode_kernel();
       }
+      layer_ = 0;
       absorbed_ = true;
-      run_decode_kernel();
       return;
     }
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    layer_ = 0;
+  }
+
+  void run_layer() {
     write_cache(latent_.data());
     absorb_q();
     run_decode_kernel();
@@ -185,7 +193,7 @@ class FlashMlaInstance final : public BackendInstance {
       const int64_t td = decode_tokens();
       MlaPrefillInputs in;
       in.q = static_cast<const uint8_t*>(q_.data()) + td * s.num_q_heads * s.mla.qk_head_dim() * es;
-      in.kv_cache = cache_.data();
+      in.kv_cache = caches_.data(layer_);
       in.block_table = block_table_.as<int32_t>() + int64_t{num_decodes_} * meta_.max_blocks_per_req;
       in.block_table_stride = meta_.max_blocks_per_req;
       in.kv_block_stride = view_.k.block;
@@ -206,7 +214,8 @@ class FlashMlaInstance final : public BackendInstance {
     launch_fill_nan(o_latent_.data(), decode_rows * s.mla.kv_lora_rank, DType::f32, stream_);
     launch_fill_nan(o32_.data(), decode_rows * s.mla.v_head_dim, DType::f32, stream_);
     launch_fill_nan(q_abs_.data(), decode_rows * s.mla.latent_dim(), s.dtype, stream_);
-    write_cache(nan_latent_.data());
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_latent_.data());
+    layer_ = 0;
   }
 
   void synchronize() override { stream_.synchronize(); }
@@ -290,7 +299,7 @@ class FlashMlaInstance final : public BackendInstance {
     if (td == 0) return;
     FlashMlaDecodeParams p{};
     p.q = q_abs_.data();
-    p.kv_cache = cache_.data();
+    p.kv_cache = caches_.data(layer_);
     p.block_table = block_table_.as<int32_t>();
     p.seq_lens = seq_lens_.as<int32_t>();
     p.tile_scheduler_metadata = tile_md_.as<int32_t>();
@@ -347,7 +356,7 @@ class FlashMlaInstance final : public BackendInstance {
     c.kv_c_stride = s.mla.latent_dim();
     c.k_pe_stride = s.mla.latent_dim();
     c.slot_mapping = slot_mapping_.as<int64_t>();
-    c.cache = cache_.data();
+    c.cache = caches_.data(layer_);
     c.block_stride = view_.k.block;
     c.entry_stride = view_.k.slot;
     c.num_tokens = batch_.num_tokens();
@@ -421,7 +430,8 @@ class FlashMlaInstance final : public BackendInstance {
   bool fused_merge_ = true;      // FlashMlaOptions::fused_merge
   int max_pieces_ = 1;           // the most pieces the schedule cuts a request into
   bool kv_evict_first_ = true;   // FlashMlaDecodeParams::kv_evict_first (ATTN_FLASHMLA_EVICT_FIRST=0: off)
-  DeviceBuffer cache_;          // [num_blocks, 64, 576] model dtype
+  LayerCaches caches_;          // [num_layers] each [num_blocks, 64, 576] model dtype
+  int layer_ = 0;               // the layer run() / poison() is at
   DeviceBuffer q_;              // [T, H, 192] model dtype: q_nope (128) ‖ q_pe (64)
   DeviceBuffer latent_;         // [T, 576] new tokens' kv_c ‖ k_pe
   DeviceBuffer nan_latent_;     // [T, 576] NaN: poison() writes it into the new slots
