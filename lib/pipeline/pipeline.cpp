@@ -277,6 +277,7 @@ TimingOptions timing_options(const Scenario& s, const PipelineOptions& opts) {
   topts.host_timeout_s = opts.host_timeout_s.value_or(s.run.host_timeout_s);
   topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
   topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
+  topts.replay_for_check = true;  // a timed graph's output is checked like the row's own
   return topts;
 }
 

@@ -21,6 +21,9 @@ struct TimingOptions {
   // seconds per call: 10 + 50 calls would be minutes. 0: no budget (every call runs). The row's
   // `samples` says how many ran. Device rows always take every call (they are microseconds).
   double host_timeout_s = 5.0;
+  // cuda_graph: after the samples, poison() the instance and replay the timed graph once more;
+  // Timing::graph_output holds what it wrote (fetch()), for the caller to check.
+  bool replay_for_check = false;
 };
 inline constexpr int kMinHostSamples = 3;
 
@@ -30,9 +33,9 @@ struct Timing {
   double plan_us = 0;   // host metadata/scheduling time (median of the plan calls)
   std::string method;   // "wall" | "cuda_events" | "cuda_graph"
   bool cold_l2 = false;
-  // cuda_graph: what the timed graph wrote when replayed once more after poison(). A run() that is
-  // right when launched but not when captured (work on another stream, a host-side step, a value
-  // read at capture time) would be timed without ever being checked; the caller checks this.
+  // cuda_graph with replay_for_check: what the timed graph wrote when replayed once more after
+  // poison(). A run() that is right when launched but not when captured (work on another stream, a
+  // host-side step, a value read at capture time) would be timed without ever being checked.
   std::optional<AttentionOutput> graph_output;
 };
 

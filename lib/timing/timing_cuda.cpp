@@ -97,7 +97,7 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
   }
 
   Timing t = summarize_samples(std::move(samples));
-  if (graph.exec) {
+  if (graph.exec && opts.replay_for_check) {
     inst.poison();
     ATTN_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream));
     t.graph_output = inst.fetch();
