@@ -390,6 +390,11 @@ TEST(CpuBackend, ThreadsAndLayersDoNotChangeTheBits) {
   const CpuRun a = run_cpu(b, one), c = run_cpu(b, many);
   EXPECT_EQ(a.out.o, c.out.o);
   EXPECT_EQ(a.out.lse, c.out.lse);
+  // The output is the last layer's, over its own cache alone: layer 0's cache all NaN changes nothing.
+  many.nan_all_but_last_layer = true;
+  const CpuRun d = run_cpu(b, many);
+  EXPECT_EQ(a.out.o, d.out.o);
+  EXPECT_EQ(a.out.lse, d.out.lse);
 }
 
 TEST(CpuBackend, RerunAfterPoisonRewritesEverything) {

@@ -76,7 +76,9 @@ int run_describe(const ScenarioArgs& args, Format f) {
                         m.num_prefill_tokens, m.max_query_len, m.max_seq_len, m.blocks_used, m.num_blocks,
                         Cell::number(fmt::format("{:.0f}", m.kv_cache_bytes)),
                         Cell::number(fmt::format("{:.0f}", m.host_bytes)), m.kv_tokens_read,
-                        Cell::number(fmt::format("{:.0f}", m.flops)), Cell::number(fmt::format("{:.0f}", m.bytes)),
+                        // A call's work, as the results rows count it: every layer's.
+                        Cell::number(fmt::format("{:.0f}", m.flops * s.run.num_layers)),
+                        Cell::number(fmt::format("{:.0f}", m.bytes * s.run.num_layers)),
                         b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, s.run.num_layers,
                         spec_line(b.spec)});
     }

@@ -28,6 +28,9 @@ struct Support {
 struct RunOptions {
   CascadeMode cascade = CascadeMode::auto_;  // auto = vLLM's use_cascade_attention rule
   int num_layers = 1;                        // distinct caches, planned once
+  // Tests of the layers: every cache but the last layer's is NaN throughout once created, so the
+  // output (the last layer's) is finite only if that layer reads its own cache alone.
+  bool nan_all_but_last_layer = false;
   int threads = 0;                           // host backends (0 = default)
   int num_sms = 132;                         // for scheduling rules when no device is queried
   // CUDA graphs (vLLM's capture sizes): plan the decode for this many requests so that one

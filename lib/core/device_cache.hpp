@@ -62,7 +62,9 @@ DeviceBuffer make_device_cache(const Batch& b, const KvCacheLayout& layout, cuda
 class LayerCaches {
  public:
   LayerCaches() = default;
-  LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream);
+  // nan_all_but_last: every cache but the last NaN throughout (RunOptions::nan_all_but_last_layer).
+  LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream,
+              bool nan_all_but_last = false);
   int size() const { return static_cast<int>(caches_.size()); }
   void* data(int layer) const { return caches_[static_cast<size_t>(layer)].data(); }
   template <class T>

@@ -123,7 +123,8 @@ ReshapeAndCacheParams cache_write_params(const Batch& b, const CacheView& view, 
   return rc;
 }
 
-LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream) {
+LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream,
+                         bool nan_all_but_last) {
   const int n = num_layers < 1 ? 1 : num_layers;
   const double total = static_cast<double>(layout.bytes()) * n;
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -140,6 +141,9 @@ LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_la
     ATTN_CUDA_CHECK(cudaMemcpyAsync(caches_.back().data(), caches_.front().data(), layout.bytes(),
                                     cudaMemcpyDeviceToDevice, stream));
   }
+  // All-ones bytes are a NaN in every cache dtype (fp16, bf16, e4m3, e5m2).
+  if (nan_all_but_last)
+    for (int l = 0; l + 1 < n; ++l) ATTN_CUDA_CHECK(cudaMemsetAsync(caches_[static_cast<size_t>(l)].data(), 0xff, layout.bytes(), stream));
   ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

@@ -597,11 +597,13 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
             if (inst->on_device() && opts.peak_tflops > 0) row.pct_peak_flops = 100.0 * row.tflops / opts.peak_tflops;
             // The floor is timed from a cold L2 only: a warm-L2 row would be compared with a
             // different state.
-            if (inst->on_device() && t.cold_l2 && opts.read_floor && row.bytes > 0) {
-              const ReadFloor f = measure_read_floor(row.bytes);
+            // Layers run one after another, each reading its own cold pages: L floors of one
+            // layer's bytes (one read of all L layers' bytes would pay one launch and tail for L).
+            if (inst->on_device() && t.cold_l2 && opts.read_floor && summary.bytes > 0) {
+              const ReadFloor f = measure_read_floor(summary.bytes);
               if (f.us > 0) {
-                row.read_floor_us = f.us;
-                row.pct_read_floor = 100.0 * f.us / t.median_us;
+                row.read_floor_us = f.us * row.num_layers;
+                row.pct_read_floor = 100.0 * row.read_floor_us / t.median_us;
               }
             }
           }

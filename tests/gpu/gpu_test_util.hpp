@@ -96,7 +96,9 @@ inline void replay_in_graph(BackendInstance& inst, AttentionOutput* out) {
 // attention over a cache of its own) is poisoned (every layer's new slots) and run, twice. Each
 // time it must pass the reference and give bitwise the one-layer instance's O and LSE: a layer that
 // reads a cache its own write did not reach reads the poisoned new slots, and the last layer's
-// output is what fetch() returns.
+// output is what fetch() returns. Then the same with every cache but the last NaN throughout
+// (RunOptions::nan_all_but_last_layer): a last layer that reads any other cache, or a loop that
+// runs every layer over one cache, gives NaN.
 inline void expect_layers_like_one(const Backend& backend, const Batch& b, int layers, RunOptions opts = {}) {
   const CommonAttentionMetadata m = build_common_metadata(b);
   const Support sup = backend.supports(b.spec, b);
@@ -124,6 +126,16 @@ inline void expect_layers_like_one(const Backend& backend, const Batch& b, int l
     EXPECT_TRUE(got.o == want.o) << backend.name() << ": " << layers << " layers' O differs from one layer's";
     EXPECT_TRUE(got.lse == want.lse) << backend.name() << ": " << layers << " layers' LSE differs from one layer's";
   }
+  many.reset();
+  opts.nan_all_but_last_layer = true;
+  auto isolated = backend.create(b, m, opts);
+  isolated->plan();
+  isolated->poison();
+  isolated->run();
+  const AttentionOutput got = isolated->fetch();
+  const ValidationResult v = validate_output(b, got, ref, default_budget(b.spec.dtype));
+  EXPECT_TRUE(v.pass) << backend.name() << " " << layers << " layers, every cache but the last NaN: " << v.failure;
+  EXPECT_TRUE(got.o == want.o) << backend.name() << ": the last layer's O differs from one layer's";
 }
 
 // Index of the first differing byte, or -1.

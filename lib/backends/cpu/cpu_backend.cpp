@@ -73,12 +73,15 @@ class CpuInstance final : public BackendInstance {
     layout_ = make_cache_layout(b_, cache_format_for(s));
     caches_.resize(static_cast<size_t>(std::max(1, opts_.num_layers)));
     require_host_bytes(static_cast<double>(layout_.bytes()) * static_cast<double>(caches_.size()),
-                       fmt::format("cpu: the KV cache ({} blocks of {} tokens x {} layer(s))", layout_.num_blocks,
-                                   layout_.block_size, caches_.size()));
+                       fmt::format("cpu: the KV caches ({} blocks of {} tokens, one per layer: [run] num_layers = {})",
+                                   layout_.num_blocks, layout_.block_size, caches_.size()));
     for (auto& cache : caches_) {
       cache.resize(layout_.bytes());
       fill_cache_host(b_, layout_, cache.data());
     }
+    // All-ones bytes: a NaN in every cache dtype (RunOptions::nan_all_but_last_layer).
+    if (opts_.nan_all_but_last_layer)
+      for (size_t l = 0; l + 1 < caches_.size(); ++l) std::fill(caches_[l].begin(), caches_[l].end(), uint8_t{0xff});
     fill_inputs();
     const int64_t rows = b_.num_tokens() * s.num_q_heads;
     o_.assign(static_cast<size_t>(rows * s.head_size_v), std::numeric_limits<float>::quiet_NaN());
