@@ -615,6 +615,17 @@ TEST(ValidateSample, UnwrittenRowsOutsideTheSampleFail) {
   v = validate_output(b, nan_lse, ref, budget);
   EXPECT_FALSE(v.pass);
   EXPECT_EQ(v.unwritten, 1);
+
+  // A row outside the sample given as keyless (O = 0, LSE = -inf, what a merge that drops a NaN
+  // partial writes): every query sees its own key, so no correct row is keyless.
+  AttentionOutput keyless = out;
+  for (int d = 0; d < ref.head_size_v; ++d) keyless.o[outside * ref.head_size_v + d] = 0.0f;
+  keyless.lse[outside] = -std::numeric_limits<float>::infinity();
+  v = validate_output(b, keyless, ref, budget);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.nan_mismatches, 1);
+  EXPECT_EQ(v.unwritten, 0);
+  EXPECT_NE(v.failure.find("no visible key"), std::string::npos) << v.failure;
 }
 
 TEST(ValidateStrict, NaiveOnlyComputesWantedRows) {

@@ -328,6 +328,27 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
                               "checked against the reference; every row is scanned for NaN)",
                               unsampled_nans, ref.pairs_checked, ref.pairs_total);
   }
+  // Every query sees at least its own key (causal, window and chunk masks all keep it), so no
+  // correct row has an infinite LSE, sampled or not. An LSE merge that turns a NaN partial into
+  // "no visible key" (O = 0, LSE = -inf) would otherwise pass in the rows outside the sample.
+  if (out.lse.size() == static_cast<size_t>(rows)) {
+    int64_t keyless = 0, first = -1;
+    for (size_t r = 0; r < ref.checked.size(); ++r)
+      if (!ref.checked[r] && std::isinf(out.lse[r])) {
+        ++keyless;
+        if (first < 0) first = static_cast<int64_t>(r);
+      }
+    if (keyless > 0) {
+      v.nan_mismatches += keyless;
+      if (v.failure.empty()) {
+        const WorstElement w = locate(b, first / ref.num_heads, static_cast<int>(first % ref.num_heads), -1,
+                                      out.lse[static_cast<size_t>(first)], 0.0);
+        v.failure = fmt::format("lse: {} rows outside the checked sample report no visible key (an infinite LSE), "
+                                "but every query sees at least its own key; first at {}",
+                                keyless, describe(w));
+      }
+    }
+  }
 
   if (budget.strict) {
     const NaiveOptions opts{NaiveOptions::Precision::model, false, 0};

@@ -73,7 +73,7 @@ class CpuInstance final : public BackendInstance {
     layout_ = make_cache_layout(b_, cache_format_for(s));
     caches_.resize(static_cast<size_t>(std::max(1, opts_.num_layers)));
     require_host_bytes(static_cast<double>(layout_.bytes()) * static_cast<double>(caches_.size()),
-                       fmt::format("cpu: the KV caches ({} blocks of {} tokens, one per layer: [run] num_layers = {})",
+                       fmt::format("cpu: the KV cache ({} blocks of {} tokens), one per layer ([run] num_layers = {}),",
                                    layout_.num_blocks, layout_.block_size, caches_.size()));
     for (auto& cache : caches_) {
       cache.resize(layout_.bytes());
