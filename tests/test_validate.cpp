@@ -616,8 +616,8 @@ TEST(ValidateSample, UnwrittenRowsOutsideTheSampleFail) {
   EXPECT_FALSE(v.pass);
   EXPECT_EQ(v.unwritten, 1);
 
-  // A row outside the sample given as keyless (O = 0, LSE = -inf, what a merge that drops a NaN
-  // partial writes): every query sees its own key, so no correct row is keyless.
+  // A row outside the sample given as keyless (O = 0, LSE = -inf, what a work item that never ran
+  // over its keys writes): every query sees its own key, so no correct row is keyless.
   AttentionOutput keyless = out;
   for (int d = 0; d < ref.head_size_v; ++d) keyless.o[outside * ref.head_size_v + d] = 0.0f;
   keyless.lse[outside] = -std::numeric_limits<float>::infinity();

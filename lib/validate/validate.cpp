@@ -329,8 +329,9 @@ ValidationResult validate_output(const Batch& b, const AttentionOutput& out, con
                               unsampled_nans, ref.pairs_checked, ref.pairs_total);
   }
   // Every query sees at least its own key (causal, window and chunk masks all keep it), so no
-  // correct row has an infinite LSE, sampled or not. An LSE merge that turns a NaN partial into
-  // "no visible key" (O = 0, LSE = -inf) would otherwise pass in the rows outside the sample.
+  // correct row has an infinite LSE, sampled or not. A row outside the sample that says "no
+  // visible key" (O = 0, LSE = -inf: a work item that never ran over its keys, or the GPU LSE
+  // merges, whose merged LSE is -inf when a partial's is NaN) would otherwise pass there.
   if (out.lse.size() == static_cast<size_t>(rows)) {
     int64_t keyless = 0, first = -1;
     for (size_t r = 0; r < ref.checked.size(); ++r)
