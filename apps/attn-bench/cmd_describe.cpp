@@ -42,7 +42,8 @@ int run_describe(const ScenarioArgs& args, Format f) {
   // joins a results file on them.
   Table t{{"batch", "num_reqs", "num_tokens", "num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens",
            "max_query_len", "max_seq_len", "blocks_used", "num_blocks", "kv_cache_bytes", "host_bytes", "kv_tokens",
-           "flops", "bytes", "shared_prefix_len", "common_prefix_len", "cascade", "cascade_reason", "num_layers", "spec"},
+           "flops", "bytes", "shared_prefix_len", "common_prefix_len", "cascade", "cascade_reason", "num_layers",
+           "spec"},
           {}};
   for (const Scenario& s : args.load()) {
     for (const BatchShape& shape : expand_shapes(s)) {
@@ -68,8 +69,8 @@ int run_describe(const ScenarioArgs& args, Format f) {
         fmt::print("  cascade     {} ({})\n", m.cascade ? "yes" : "no", m.cascade_reason);
         // [run] num_layers: a call runs every layer, each over its own cache (the figures above are one layer's).
         if (s.run.num_layers > 1)
-          fmt::print("  layers      {}: a call's work is {} x the above, over {} KV caches ({}B in all)\n", s.run.num_layers,
-                     s.run.num_layers, s.run.num_layers, human(m.kv_cache_bytes * s.run.num_layers, ""));
+          fmt::print("  layers      {0}: a call's work is {0} x the above, over {0} KV caches ({1}B in all)\n",
+                     s.run.num_layers, human(m.kv_cache_bytes * s.run.num_layers, ""));
         fmt::print("\n");
       }
       t.rows.push_back({m.label, m.num_reqs, m.num_tokens, m.num_decodes, m.num_prefills, m.num_decode_tokens,
@@ -79,8 +80,8 @@ int run_describe(const ScenarioArgs& args, Format f) {
                         // A call's work, as the results rows count it: every layer's.
                         Cell::number(fmt::format("{:.0f}", m.flops * s.run.num_layers)),
                         Cell::number(fmt::format("{:.0f}", m.bytes * s.run.num_layers)),
-                        b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason, s.run.num_layers,
-                        spec_line(b.spec)});
+                        b.shared_prefix_len, m.common_prefix_len, Cell::yes_no(m.cascade), m.cascade_reason,
+                        s.run.num_layers, spec_line(b.spec)});
     }
   }
   if (f != Format::table) fmt::print("{}", t.render(f));

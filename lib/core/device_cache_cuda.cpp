@@ -143,7 +143,8 @@ LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_la
   }
   // All-ones bytes are a NaN in every cache dtype (fp16, bf16, e4m3, e5m2).
   if (nan_all_but_last)
-    for (int l = 0; l + 1 < n; ++l) ATTN_CUDA_CHECK(cudaMemsetAsync(caches_[static_cast<size_t>(l)].data(), 0xff, layout.bytes(), stream));
+    for (int l = 0; l + 1 < n; ++l)
+      ATTN_CUDA_CHECK(cudaMemsetAsync(caches_[static_cast<size_t>(l)].data(), 0xff, layout.bytes(), stream));
   ATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

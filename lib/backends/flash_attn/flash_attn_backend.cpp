@@ -189,7 +189,8 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_), slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_),
+                                                  slot_mapping_.as<int64_t>(), k, v);
     // Both kernels overlap the write (they start at once and wait for it before their new keys).
     // The sm_90a kernel needs whole SMs, so a small step's write is packed onto few of them; the
     // mma.sync decode tiling shares SMs with the write's CTAs and keeps a CTA per token.

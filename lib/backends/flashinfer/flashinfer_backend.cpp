@@ -539,7 +539,8 @@ class FlashInferInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_), slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_),
+                                                  slot_mapping_.as<int64_t>(), k, v);
     // The CUDA-core decode and the sm_90a kernel overlap the write (they start at once and wait
     // for it before their new keys) when theirs is the first pass that runs.
     const auto first = std::find_if(passes_.begin(), passes_.end(), [](const Pass& p) { return p.num_tokens > 0; });
@@ -564,7 +565,8 @@ class FlashInferInstance final : public BackendInstance {
   std::vector<Pass> passes_;
   std::vector<int64_t> token_of_;  // [num_tokens] batch token of each internal row
   int layer_ = 0;                  // the layer run() / poison() is at
-  LayerCaches caches_;             // [num_layers] each (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
+  // [num_layers] each (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
+  LayerCaches caches_;
   DeviceBuffer q_;                 // [num_tokens, Hq, D] model dtype, internal order
   DeviceBuffer k_new_, v_new_;     // [num_tokens, Hkv, D] model dtype, batch order
   DeviceBuffer nan_kv_;            // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots
