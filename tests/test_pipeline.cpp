@@ -15,6 +15,7 @@
 #include "host_memory_limit.hpp"
 #include "model/scenario.hpp"
 #include "pipeline/pipeline.hpp"
+#include "wrapped_backend.hpp"
 
 namespace attn {
 namespace {
@@ -34,27 +35,6 @@ class FirstRunOnlyInstance : public BackendInstance {
  private:
   std::unique_ptr<BackendInstance> inner_;
   int runs_ = 0;
-};
-
-// The cpu backend under another name, its instances wrapped in Instance (a planted fault).
-template <class Instance>
-class WrappedCpuBackend : public Backend {
- public:
-  WrappedCpuBackend(std::string name, std::string description)
-      : name_(std::move(name)), description_(std::move(description)) {}
-  std::string name() const override { return name_; }
-  std::string description() const override { return description_; }
-  std::vector<std::string> features() const override { return {}; }
-  Support available() const override { return inner_->available(); }
-  Support supports(const AttentionSpec& spec, const Batch& batch) const override { return inner_->supports(spec, batch); }
-  std::unique_ptr<BackendInstance> create(const Batch& batch, const CommonAttentionMetadata& m,
-                                          const RunOptions& opts) const override {
-    return std::make_unique<Instance>(inner_->create(batch, m, opts));
-  }
-
- private:
-  std::string name_, description_;
-  std::unique_ptr<Backend> inner_ = make_cpu_backend();
 };
 
 // A backend whose device is missing here (available() says no) and that serves only some
@@ -110,7 +90,8 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
   std::vector<std::unique_ptr<Backend>> registry;
   registry.push_back(make_cpu_backend());
-  registry.push_back(std::make_unique<WrappedCpuBackend<FirstRunOnlyInstance>>("first_run_only", "cpu, computing on its first run only"));
+  registry.push_back(std::make_unique<testing::WrappedBackend<FirstRunOnlyInstance>>(
+      "first_run_only", "cpu, computing on its first run only", make_cpu_backend()));
 
   const PipelineResult clean = run_scenario(sc, registry, check_only("cpu"));
   ASSERT_EQ(clean.rows.size(), 1u);
@@ -168,7 +149,8 @@ TEST(PipelineCheck, SensitivityIsJudgedUnderTheRowsOwnDataFlow) {
   std::vector<std::unique_ptr<Backend>> registry;
   registry.push_back(make_cpu_backend());
   registry.push_back(
-      std::make_unique<WrappedCpuBackend<CoarseInstance>>("coarse", "cpu, declaring an e4m3 intermediate"));
+      std::make_unique<testing::WrappedBackend<CoarseInstance>>("coarse", "cpu, declaring an e4m3 intermediate",
+                                                               make_cpu_backend()));
   auto causal_of = [&](const std::string& backend) {
     const PipelineResult r = run_scenario(sc, registry, check_only(backend));
     EXPECT_EQ(r.rows.at(0).status, "pass") << r.rows.at(0).reason;

@@ -21,6 +21,7 @@
 #include "pipeline/pipeline.hpp"
 #include "reference/reference.hpp"
 #include "validate/validate.hpp"
+#include "wrapped_backend.hpp"
 
 namespace attn {
 namespace {
@@ -1542,22 +1543,6 @@ class CaptureSkippingInstance final : public BackendInstance {
   std::unique_ptr<BackendInstance> inner_;
 };
 
-class CaptureSkippingBackend final : public Backend {
- public:
-  std::string name() const override { return "capture_skipping"; }
-  std::string description() const override { return "FLASH_ATTN, empty when captured"; }
-  std::vector<std::string> features() const override { return {}; }
-  Support available() const override { return inner_->available(); }
-  Support supports(const AttentionSpec& s, const Batch& b) const override { return inner_->supports(s, b); }
-  std::unique_ptr<BackendInstance> create(const Batch& b, const CommonAttentionMetadata& m,
-                                          const RunOptions& o) const override {
-    return std::make_unique<CaptureSkippingInstance>(inner_->create(b, m, o));
-  }
-
- private:
-  std::unique_ptr<Backend> inner_ = make_flash_attn_backend();
-};
-
 // The graph that `run --cuda-graph` times is the graph that gets checked: replayed over poisoned
 // outputs after the samples, its output validated like the row's own. A run() that is right only
 // when launched fails its row instead of being timed unchecked.
@@ -1565,7 +1550,8 @@ TEST(FlashAttnGpu, TimedGraphReplayIsChecked) {
   ATTN_REQUIRE_CUDA_DEVICE();
   std::vector<std::unique_ptr<Backend>> registry;
   registry.push_back(make_flash_attn_backend());
-  registry.push_back(std::make_unique<CaptureSkippingBackend>());
+  registry.push_back(std::make_unique<testing::WrappedBackend<CaptureSkippingInstance>>(
+      "capture_skipping", "FLASH_ATTN, empty when captured", make_flash_attn_backend()));
   Scenario sc = scenario_from_cli("llama3-8b", "6x1@300,1x40@100", 3);
   sc.run.num_layers = 2;  // the graph holds both layers
   PipelineOptions o;
