@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/cpu_cache_ops.hpp"
 #include "backends/cpu/merge_attn_states.hpp"
+#include "backends/cpu/online_softmax.hpp"
 #include "core/error.hpp"
 #include "metadata/common.hpp"
 #include "model/batch.hpp"
@@ -647,6 +648,44 @@ TEST(MergeAttnStates, EmptySidesNeverLeak) {
   EXPECT_EQ(out_lse[0], 0.5f);
   EXPECT_EQ(out_lse[1], -inf);
   EXPECT_EQ(out_lse[2], 1.5f);
+}
+
+TEST(CpuOnlineSoftmax, KeylessRowsGiveZeroAndNanRowsGiveNan) {
+  // Rows: 0 sees no key; 1 sees two keys whose K is NaN (every score NaN, so its running max stays
+  // -inf); 2 sees one NaN key and one finite key; 3 sees the finite key only.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> q(4 * 2, 0.5f), k{nan, nan, nan, nan, 1.0f, 2.0f}, v{1.0f, 2.0f, 3.0f};
+  const std::vector<cpu::RowMask> masks{{0, 0}, {0, 2}, {1, 3}, {2, 3}};
+  cpu::OnlineSoftmax sm;
+  sm.reset(4, 1);
+  sm.update(q.data(), 2, masks.data(), k.data(), v.data(), 0, 3, 0.0f);
+  float o[4], lse[4];
+  for (int r = 0; r < 4; ++r) sm.finalize_row(r, cpu::kNegInf, &o[r], &lse[r]);
+  EXPECT_EQ(o[0], 0.0f);
+  EXPECT_EQ(lse[0], cpu::kNegInf);
+  for (int r : {1, 2}) {
+    EXPECT_TRUE(std::isnan(o[r])) << "row " << r << ": o " << o[r];
+    EXPECT_TRUE(std::isnan(lse[r])) << "row " << r << ": LSE " << lse[r];
+  }
+  EXPECT_EQ(o[3], 3.0f);
+  EXPECT_FLOAT_EQ(lse[3], 1.5f);
+}
+
+TEST(MergeAttnStates, NanSidesReachTheOutput) {
+  // A side that read a NaN has a NaN LSE (the kernels' has_keys_or_nan). It must give NaN O and
+  // LSE, also beside a side without keys: std::max(-inf, NaN) is -inf, and a merge that took that
+  // for "no keys on either side" would write a finite row where the poison should show.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // Tokens: (NaN, 0.5), (0.5, NaN), (-inf, NaN), (NaN, -inf); each side's O finite.
+  std::vector<float> po(8, 0.25f), plse{nan, 0.5f, -inf, nan};
+  std::vector<float> so(8, -0.5f), slse{0.5f, nan, nan, -inf};
+  std::vector<float> out(8), out_lse(4);
+  cpu::MergeAttnStatesParams p{out.data(), out_lse.data(), po.data(), plse.data(), so.data(), slse.data(), 4, 1, 2, 1};
+  cpu::merge_attn_states(p);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_TRUE(std::isnan(out_lse[t])) << "token " << t << ": LSE " << out_lse[t];
+    for (int d = 0; d < 2; ++d) EXPECT_TRUE(std::isnan(out[t * 2 + d])) << "token " << t << ": O " << out[t * 2 + d];
+  }
 }
 
 }  // namespace

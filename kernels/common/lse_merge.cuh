@@ -15,6 +15,13 @@ namespace attn::kern {
 
 __device__ __forceinline__ float lse_weight(float x, bool base2) { return base2 ? exp2f(x) : expf(x); }
 
+// Whether a denominator (a sum of e^(s - m) over a row's keys, or of a merge's weights) stands for
+// keys: > 0, or NaN, which a NaN score or value carried into it. Every LSE is taken as
+// `has_keys_or_nan(sum) ? m + log(sum) : -inf`, so a NaN sum gives a NaN LSE, never the -inf of a
+// row without keys: a split piece or cascade level with LSE -inf weighs 0 in a merge, so a NaN read
+// (an unwritten cache slot, a page tail) would otherwise vanish into a finite, wrong output.
+__device__ __forceinline__ bool has_keys_or_nan(float sum) { return !(sum == 0.f); }
+
 struct LseMerge {
   float m_use;  // the largest LSE, 0 when every one is -inf
   float inv;    // 1 / sum of e^(l_i - m_use), 0 when that sum is 0
@@ -45,7 +52,7 @@ __device__ __forceinline__ LseMerge lse_merge(LseAt lse_at, int count, bool base
     for (int i = 0; i < count; ++i) total += lse_weight(lse_at(i) - r.m_use, base2);
   }
   r.inv = total > 0.f ? 1.f / total : 0.f;
-  r.lse = total > 0.f ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
+  r.lse = has_keys_or_nan(total) ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
   return r;
 }
 
@@ -59,7 +66,7 @@ __device__ __forceinline__ LseMerge lse_merge2(float l0, float l1, bool base2, f
   w1 = lse_weight(l1 - r.m_use, base2);
   const float total = w0 + w1;
   r.inv = total > 0.f ? 1.f / total : 0.f;
-  r.lse = total > 0.f ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
+  r.lse = has_keys_or_nan(total) ? r.m_use + (base2 ? log2f(total) : logf(total)) : -INFINITY;
   w0 *= r.inv;
   w1 *= r.inv;
   return r;

@@ -5,6 +5,7 @@
 // one thread (CUDA-core decode) or merge per-slice states in shared memory.
 #include <cmath>
 
+#include "kernels/common/lse_merge.cuh"  // has_keys_or_nan
 #include "kernels/common/ptx.cuh"
 
 namespace attn::kern {
@@ -54,8 +55,9 @@ struct OnlineSoftmaxRow {
     return corr;
   }
 
-  // log2 of the denominator over every key seen (FlashInfer's LSE); -inf with no key.
-  __device__ __forceinline__ float lse2() const { return d > 0.f ? m + log2f(d) : -INFINITY; }
+  // log2 of the denominator over every key seen (FlashInfer's LSE); -inf with no key, NaN when a
+  // NaN reached the denominator.
+  __device__ __forceinline__ float lse2() const { return has_keys_or_nan(d) ? m + log2f(d) : -INFINITY; }
 };
 
 // The end of a row whose state (m, d) an attention sink joins: the sink's logit sink2 (log2 units)
@@ -76,7 +78,7 @@ __device__ __forceinline__ RowEnd end_row(float m, float d, bool use_sink, float
   // software log2f's polynomial were ~110 of the sm_90a epilogue's ~655 instructions per warp and
   // item (ncu, 8 x 1k). total stays far below 2^126, where __fdividef would return 0.
   const float inv = total > 0.f ? __fdividef(1.f, total) : 0.f;
-  return {w * inv, total > 0.f ? m_use + __log2f(total) : -INFINITY};
+  return {w * inv, has_keys_or_nan(total) ? m_use + __log2f(total) : -INFINITY};
 }
 
 }  // namespace attn::kern

@@ -505,7 +505,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     const float inv = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll
     for (int c = 0; c < Tr::kWarpsN; ++c) sSum[c * kBlockM + r] = w[c] * inv;
-    sMax[r] = total > 0.f ? (m_use + log2f(total)) * kLn2 : -INFINITY;
+    sMax[r] = has_keys_or_nan(total) ? (m_use + log2f(total)) * kLn2 : -INFINITY;
   }
   __syncthreads();
 

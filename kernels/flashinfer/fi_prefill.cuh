@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fi_prefill_kernel(const __grid_c
         const int qi = prow / G;
         if (qi >= q_len) continue;
         const int head = kvh * G + prow % G;
-        const float lse2 = sum > 0.f ? row_max[mi][h] + log2f(sum) : -INFINITY;
+        const float lse2 = has_keys_or_nan(sum) ? row_max[mi][h] + log2f(sum) : -INFINITY;
         const float inv = sum > 0.f ? sc.v / sum : 0.f;
         if constexpr (!kFp8) {
 #pragma unroll

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common/lse_merge.cuh"  // has_keys_or_nan
 #include "kernels/common/ptx.cuh"
 #include "kernels/flashmla/flashmla_launch.hpp"
 #include "kernels/flashmla/flashmla_params.hpp"
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(DecodeTraits<kWarpsM>::kThreads, 1)
       for (int j = 0; j < Tr::kWarpsN; ++j) l += sSum[j * Tr::kBlockM + r];
       // No visible key: O = 0 and LSE = -inf (merge_attn_states weighs such a piece with 0).
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const float lse = l > 0.f ? m_i[h] * 0.6931471805599453f + logf(l) : -INFINITY;
+      const float lse = has_keys_or_nan(l) ? m_i[h] * 0.6931471805599453f + logf(l) : -INFINITY;
       const int64_t token = static_cast<int64_t>(req) * p.q_len + row / p.num_heads;
       const int head = row % p.num_heads;
       const int64_t out_row = no_split ? token * p.num_heads + head : static_cast<int64_t>(split_base + split) * rows + row;

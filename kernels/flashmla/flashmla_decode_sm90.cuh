@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (row >= rows) continue;
       // No visible key: O = 0 and LSE = -inf (merge_attn_states weighs such a piece with 0).
       const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-      const float lse = l[h] > 0.f ? row_max[h] * 0.6931471805599453f + logf(l[h]) : -INFINITY;
+      const float lse = has_keys_or_nan(l[h]) ? row_max[h] * 0.6931471805599453f + logf(l[h]) : -INFINITY;
       const int64_t token = static_cast<int64_t>(req) * p.q_len + row / p.num_heads;
       const int head = row % p.num_heads;
       const int64_t out_row = no_split ? token * p.num_heads + head : static_cast<int64_t>(split_base + split) * rows + row;

@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(NarrowTraits<kN>::kThreads, 1)
       if (row >= rows) continue;
       // No visible key: O = 0 and LSE = -inf (merge_attn_states weighs such a piece with 0).
       const float inv = l[c] > 0.f ? 1.f / l[c] : 0.f;
-      const float lse = l[c] > 0.f ? row_max[c] * 0.6931471805599453f + logf(l[c]) : -INFINITY;
+      const float lse = has_keys_or_nan(l[c]) ? row_max[c] * 0.6931471805599453f + logf(l[c]) : -INFINITY;
       const int64_t out_row = no_split ? static_cast<int64_t>(req) * rows + row : static_cast<int64_t>(split_base + split) * rows + row;
       float* o = (no_split ? p.o : p.o_accum) + out_row * kFlashMlaHeadDimV + 16 * ww + g;
 #pragma unroll

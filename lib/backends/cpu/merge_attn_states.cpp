@@ -16,7 +16,9 @@ void merge_rows(const MergeAttnStatesParams& p, int64_t begin, int64_t end) {
     const float lp = p.prefix_lse[row], ls = p.suffix_lse[row];
     const float m = std::max(lp, ls);
     const int64_t base = row * p.head_size;
-    if (m == neg_inf) {  // neither side saw a key
+    // Neither side saw a key. Tested on both LSEs, not on m: std::max(-inf, NaN) is -inf, and a
+    // side that read a NaN must reach the output (NaN O and LSE), not vanish as a keyless one.
+    if (lp == neg_inf && ls == neg_inf) {
       for (int d = 0; d < p.head_size; ++d) p.out[base + d] = 0.0f;
       if (p.out_lse) p.out_lse[row] = neg_inf;
       continue;

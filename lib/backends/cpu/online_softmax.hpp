@@ -104,10 +104,12 @@ class OnlineSoftmax {
   }
 
   // Row r's normalised output o[dv] and natural-log LSE. `sink` is an extra logit counted in
-  // the denominator only (kNegInf = none). A row that saw no key gets o = 0, lse = sink.
+  // the denominator only (kNegInf = none). A row that saw no key gets o = 0, lse = sink. A row
+  // whose every score was NaN keeps m = -inf (std::max(-inf, NaN) is -inf) but l = NaN: it gets
+  // NaN o and LSE, as on the GPU kernels (has_keys_or_nan), never the 0 of a keyless row.
   void finalize_row(int r, float sink, float* o, float* lse) const {
     const float m = std::max(m_[r], sink);
-    if (m == kNegInf) {
+    if (m == kNegInf && l_[r] == 0.0f) {
       for (int d = 0; d < dv_; ++d) o[d] = 0.0f;
       *lse = kNegInf;
       return;
