@@ -21,6 +21,8 @@
 #include "model/kv_cache.hpp"
 #include "reference/reference.hpp"
 
+#include "nan_key.hpp"
+
 namespace attn {
 namespace {
 
@@ -306,6 +308,24 @@ TEST(CpuCascade, OnAndOffAgreeWithReference) {
   check_against_both(b, a.out, kTol);
   check_against_both(b, c.out, kTol);
   for (size_t i = 0; i < a.out.o.size(); ++i) ASSERT_NEAR(a.out.o[i], c.out.o[i], 1e-5) << i;
+}
+
+// A NaN key reaches exactly the rows that attend it: through the cascade's merge (a key of the
+// shared prefix, every request's rows; a key of one request past the prefix), and through the
+// MLA prefill's context chunks, merged by LSE (a 50-token context in 16-token chunks).
+TEST(CpuCascade, NanKeyReachesEveryRowThatAttendsIt) {
+  const AttentionSpec s = mha_spec(8, 2, 32);
+  const Batch b = make_test_batch(s, cascade_requests(), 64);
+  RunOptions on;
+  on.cascade = CascadeMode::on;
+  const auto backend = make_cpu_backend();
+  EXPECT_EQ(testing::expect_nan_key_reaches_its_rows(*backend, b, {2, 40, 1}, on), "cascade=on prefix=64");
+  testing::expect_nan_key_reaches_its_rows(*backend, b, {2, 90, 0}, on);
+  CpuBackendOptions small;
+  small.mla_workspace_tokens = 32;
+  const Batch mla = make_test_batch(mla_spec(3), {{50, 6}, {10, 4}, {33, 1}, {0, 5}});
+  const std::string plan = testing::expect_nan_key_reaches_its_rows(*make_cpu_backend(small), mla, {0, 37, 0});
+  EXPECT_NE(plan.find("context_chunks=4"), std::string::npos) << plan;
 }
 
 TEST(CpuCascade, AutoFollowsUseCascadeAttention) {

@@ -2,6 +2,7 @@
 #include "model/kv_cache.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -76,6 +77,16 @@ KvCacheLayout make_cache_layout(const Batch& b, CacheFormat format) {
     l.head_size_v = s.head_size_v;
   }
   return l;
+}
+
+ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const CachedKey& key) {
+  if (key.req < 0 || key.req >= b.num_reqs() || key.pos < 0 || key.pos >= b.requests[key.req].context_len ||
+      key.kv_head < 0 || key.kv_head >= layout.num_kv_heads)
+    throw RuntimeError("cached_key_elements: (request " + std::to_string(key.req) + ", position " +
+                       std::to_string(key.pos) + ", kv head " + std::to_string(key.kv_head) +
+                       ") is not a context token's K of this batch");
+  const int32_t* row = b.block_table.data() + static_cast<size_t>(key.req) * b.max_blocks_per_req;
+  return {layout.k_index(row[key.pos / b.block_size], key.pos % b.block_size, key.kv_head, 0), layout.head_size_k};
 }
 
 void fill_cache_host(const Batch& b, const KvCacheLayout& layout, void* cache) {

@@ -34,6 +34,25 @@ struct KvCacheLayout {
 
 KvCacheLayout make_cache_layout(const Batch& b, CacheFormat format);
 
+// One context token's cached K, for the tests of NaN propagation (RunOptions::nan_key): planted NaN
+// in every layer's cache, it must make every row that attends it NaN, also where it falls in one
+// split piece or cascade level of several (a merge that weighed a NaN piece as keyless would hide
+// it). A key of the shared prefix is every request's.
+struct CachedKey {
+  int req = -1;     // -1: none
+  int pos = 0;      // < the request's context_len (the run's cache write owns the new slots)
+  int kv_head = 0;  // MLA: 0, the one latent entry (kv_c ‖ k_pe, so V as well)
+  bool set() const { return req >= 0; }
+};
+
+// The elements [first, first + count) of that K in a cache of `layout`; throws for a key the batch
+// does not hold.
+struct ElementRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const CachedKey& key);
+
 // Host fill: every element NaN first (page tails past each sequence, unused blocks, and the
 // slots the new tokens will be written to), then the K/V of every context token
 // (positions < context_len) through the block table, in the cache dtype.

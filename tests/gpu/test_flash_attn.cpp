@@ -16,6 +16,7 @@
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/env.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "nan_key.hpp"
 #include "metadata/common.hpp"
 #include "model/scenario.hpp"
 #include "pipeline/pipeline.hpp"
@@ -64,14 +65,18 @@ struct Outcome {
   std::string plan;
 };
 
-Outcome run_case(const Case& c) {
+Batch make_case_batch(const Case& c) {
   BatchShape shape;
   shape.label = "test";
   shape.requests = c.requests;
   shape.shared_prefix_len = c.shared_prefix_len;
   shape.local_attention_chunk = c.local_attention_chunk;
   shape.block_allocation = BlockAllocation::shuffled;
-  const Batch b = make_batch(c.spec, shape, c.seed);
+  return make_batch(c.spec, shape, c.seed);
+}
+
+Outcome run_case(const Case& c) {
+  const Batch b = make_case_batch(c);
   const CommonAttentionMetadata m = build_common_metadata(b);
   const auto backend = make_flash_attn_backend();
   const Support sup = backend->supports(b.spec, b);
@@ -299,6 +304,44 @@ TEST(FlashAttnGpu, SplitKvMergedInClusters) {
     EXPECT_NE(r.plan.find("tiling=decode"), std::string::npos) << r.plan;
     EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
     EXPECT_EQ(r.plan.find("merge=cluster") != std::string::npos, expected && clusters) << r.plan;
+  }
+}
+
+// A NaN key reaches every row that attends it, however FLASH_ATTN splits the row's keys and merges
+// the pieces by LSE: split decodes merged by merge_attn_states (four splits, an fp8 cache) or in a
+// thread block cluster (two splits, on sm_90), a split prefill, and the cascade's two levels (a key
+// of the shared prefix, and one of a request's own).
+TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const auto backend = make_flash_attn_backend();
+  auto expect_split = [](const std::string& plan) {
+    EXPECT_EQ(plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << plan;
+  };
+  Case four{make_spec(8, 1, 128)};
+  four.requests = {{1100, 1}, {700, 1}, {30, 1}};
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(four), {0, 600, 0}));
+  Case two{make_spec(32, 8, 128)};
+  for (int i = 0; i < 16; ++i) two.requests.push_back({4000 - 61 * i, 2});
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(two), {3, 2500, 5}));
+  Case fp8{make_spec(16, 4, 128)};
+  fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
+  fp8.spec.k_scale = 0.0125f;
+  fp8.spec.v_scale = 0.02f;
+  fp8.requests = {{1200, 1}, {900, 2}};
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fp8), {1, 450, 3}));
+  Case prefill{make_spec(8, 1, 128)};
+  prefill.requests = {{8000, 128}, {500, 64}};
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(prefill), {0, 5000, 0}));
+  Case cascade{make_spec(16, 4, 128)};
+  cascade.shared_prefix_len = 512;
+  for (int i = 0; i < 12; ++i) cascade.requests.push_back({512 + 37 * i, 1});
+  cascade.requests.push_back({600, 45});
+  RunOptions on;
+  on.cascade = CascadeMode::on;
+  const Batch cb = make_case_batch(cascade);
+  for (const CachedKey key : {CachedKey{0, 100, 2}, CachedKey{12, 550, 1}}) {
+    const std::string plan = testing::expect_nan_key_reaches_its_rows(*backend, cb, key, on);
+    EXPECT_NE(plan.find("cascade=on"), std::string::npos) << plan;
   }
 }
 

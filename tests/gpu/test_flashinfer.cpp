@@ -10,6 +10,7 @@
 
 #include "backends/flashinfer/flashinfer_backend.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "nan_key.hpp"
 #include "metadata/common.hpp"
 #include "reference/reference.hpp"
 #include "validate/validate.hpp"
@@ -342,6 +343,33 @@ TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
   RunOptions cascade;
   cascade.cascade = CascadeMode::on;
   testing::expect_layers_like_one(*make_flashinfer_backend(), make_case_batch(cas), 2, cascade);
+}
+
+// A NaN key reaches every row that attends it through FLASHINFER's merges by LSE: a split decode,
+// and the two-level cascade with level 0 in kv splits on the sm_90a kernel or on FlashInfer's own
+// prefill (a key of the shared prefix, and one of a request's own).
+TEST(FlashInferGpu, NanKeyReachesEveryRowThatAttendsIt) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  Case split{make_spec(8, 2, 128)};
+  split.requests = {{7000, 1}, {3333, 1}};
+  const std::string plan =
+      testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(), make_case_batch(split), {0, 4100, 1});
+  EXPECT_EQ(plan.find("work=2 "), std::string::npos) << "expected a split schedule: " << plan;
+  Case cascade{make_spec(16, 4, 128)};
+  cascade.shared_prefix_len = 2048;
+  for (int i = 0; i < 12; ++i) cascade.requests.push_back({2048 + 37 * i, 1});
+  cascade.requests.push_back({2100, 45});
+  const Batch cb = make_case_batch(cascade);
+  RunOptions on;
+  on.cascade = CascadeMode::on;
+  for (const bool sm90 : {true, false}) {
+    FlashInferOptions fo;
+    fo.sm90_prefill = sm90;
+    for (const CachedKey key : {CachedKey{0, 1500, 2}, CachedKey{12, 2090, 0}}) {
+      const std::string p = testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(fo), cb, key, on);
+      EXPECT_NE(p.find("cascade=on"), std::string::npos) << p;
+    }
+  }
 }
 
 TEST(FlashInferGpu, CascadeMatchesNonCascade) {

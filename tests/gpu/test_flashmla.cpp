@@ -18,6 +18,7 @@
 #include "backends/flashmla/mla_metadata.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "nan_key.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
 #include "metadata/common.hpp"
 #include "reference/reference.hpp"
@@ -382,6 +383,27 @@ TEST(FlashMlaGpu, LayersEachOverTheirOwnCache) {
   ATTN_REQUIRE_CUDA_DEVICE();
   testing::expect_layers_like_one(*make_flashmla_backend(),
                                   make(mla_spec(16), {{3000, 1}, {192, 64}, {700, 1}, {64, 48}, {5, 1}}), 3);
+}
+
+// A NaN latent entry reaches every row that attends it through FLASHMLA's merges by LSE: a decode
+// request cut into many pieces (the combine, or the seesaw kernel's own merge) on every decode
+// kernel, and a prefill's context in workspace chunks (merge_attn_states).
+TEST(FlashMlaGpu, NanKeyReachesEveryRowThatAttendsIt) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Batch decode = make(mla_spec(16), {{20000, 1}, {5, 1}, {700, 1}, {3000, 1}});
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    const std::string plan = testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(o), decode, {0, 12345, 0});
+    EXPECT_NE(plan.find("split_reqs="), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("split_reqs=0 "), std::string::npos) << plan;
+  }
+  FlashMlaOptions small;
+  small.workspace_tokens = 128;
+  const Batch prefill = make(mla_spec(16), {{200, 70}, {64, 33}, {5, 1}, {130, 3}});
+  const std::string plan =
+      testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(small), prefill, {0, 150, 0});
+  EXPECT_NE(plan.find("context_chunks=4"), std::string::npos) << plan;
 }
 
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {

@@ -82,6 +82,11 @@ class CpuInstance final : public BackendInstance {
     // All-ones bytes: a NaN in every cache dtype (RunOptions::nan_all_but_last_layer).
     if (opts_.nan_all_but_last_layer)
       for (size_t l = 0; l + 1 < caches_.size(); ++l) std::fill(caches_[l].begin(), caches_[l].end(), uint8_t{0xff});
+    if (opts_.nan_key.set()) {  // RunOptions::nan_key
+      const ElementRange key = cached_key_elements(b_, layout_, opts_.nan_key);
+      const int64_t es = static_cast<int64_t>(dtype_size(layout_.dtype));
+      for (auto& cache : caches_) std::fill_n(cache.begin() + key.first * es, key.count * es, uint8_t{0xff});
+    }
     fill_inputs();
     const int64_t rows = b_.num_tokens() * s.num_q_heads;
     o_.assign(static_cast<size_t>(rows * s.head_size_v), std::numeric_limits<float>::quiet_NaN());

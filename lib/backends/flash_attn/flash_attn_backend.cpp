@@ -35,7 +35,8 @@ class FlashAttnInstance final : public BackendInstance {
     // Batch::k()/v()).
     layout_ = make_cache_layout(b, CacheFormat::flash_attn);
     view_ = cache_view(layout_);
-    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer);
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
+                          opts.nan_key);
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype,
                              [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); });

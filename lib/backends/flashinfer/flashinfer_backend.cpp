@@ -129,7 +129,8 @@ class FlashInferInstance final : public BackendInstance {
 
     layout_ = make_cache_layout(b, CacheFormat::flashinfer);
     view_ = cache_view(layout_);
-    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer);  // one per layer
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
+                          opts.nan_key);  // one per layer
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype, [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); },
                              token_of_);

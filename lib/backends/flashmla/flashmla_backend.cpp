@@ -81,7 +81,8 @@ class FlashMlaInstance final : public BackendInstance {
 
     layout_ = make_cache_layout(b, CacheFormat::flashmla);
     view_ = cache_view(layout_);
-    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer);  // one per layer
+    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
+                          opts.nan_key);  // one per layer
 
     // Inputs in the model dtype, internal order: q [T, H, 192], latent [T, 576]; W_UK and W_UV
     // [H, 512, 128] (W_UV also as fp32 for the decode's fp32 up-projection).
