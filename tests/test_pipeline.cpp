@@ -4,7 +4,9 @@
 // next one, as a serving loop or a graph replay would find.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +79,47 @@ class CoarseInstance : public BackendInstance {
   std::unique_ptr<BackendInstance> inner_;
 };
 
+// The cpu backend, turning every NaN of its output into a finite value (O 0, LSE -inf): what a merge
+// that weighs a piece that read a NaN as a piece without keys gives the rows of that piece.
+class NanHiddenInstance : public BackendInstance {
+ public:
+  explicit NanHiddenInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override { inner_->run(); }
+  void poison() override { inner_->poison(); }
+  AttentionOutput fetch() override {
+    AttentionOutput o = inner_->fetch();
+    for (float& x : o.o)
+      if (std::isnan(x)) x = 0.0f;
+    for (float& x : o.lse)
+      if (std::isnan(x)) x = -std::numeric_limits<float>::infinity();
+    return o;
+  }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+};
+
+// The cpu backend, letting a NaN row spill into the row after it (the next head, or the next
+// token's first head): what a head mapping or an output offset that is one row off gives.
+class NanLeakedInstance : public BackendInstance {
+ public:
+  explicit NanLeakedInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override { inner_->run(); }
+  void poison() override { inner_->poison(); }
+  AttentionOutput fetch() override {
+    AttentionOutput o = inner_->fetch();
+    const size_t dv = static_cast<size_t>(o.head_size_v);
+    for (size_t row = o.o.size() / dv - 1; row > 0; --row)
+      if (std::isnan(o.o[(row - 1) * dv])) o.o[row * dv] = std::numeric_limits<float>::quiet_NaN();
+    return o;
+  }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+};
+
 PipelineOptions check_only(const std::string& backend) {
   PipelineOptions o;
   o.backends = {backend};
@@ -104,6 +147,45 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_EQ(r.status, "fail");
   EXPECT_FALSE(r.deterministic);
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
+}
+
+// The NaN probe (validate/nan_probe.hpp): one context key's cached K planted NaN must reach exactly
+// the rows that attend it. Both faults below pass the comparison with the reference (they change
+// nothing without a NaN) and fail the probe; without it (--no-nan-probe) they pass.
+TEST(PipelineCheck, NanProbeFailsANanHiddenOrLeaked) {
+  const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(make_cpu_backend());
+  registry.push_back(std::make_unique<testing::WrappedBackend<NanHiddenInstance>>(
+      "nan_hidden", "cpu, every NaN of its output made finite", make_cpu_backend()));
+  registry.push_back(std::make_unique<testing::WrappedBackend<NanLeakedInstance>>(
+      "nan_leaked", "cpu, a NaN row spilling into the next", make_cpu_backend()));
+
+  const PipelineResult clean = run_scenario(sc, registry, check_only("cpu"));
+  ASSERT_EQ(clean.rows.size(), 1u);
+  EXPECT_EQ(clean.rows[0].status, "pass") << clean.rows[0].reason;
+
+  // Request 0 has the longest context (100): the key is its position 49 (the middle of keys 0-99),
+  // kv head 7 (heads 28-31).
+  const PipelineResult hidden = run_scenario(sc, registry, check_only("nan_hidden"));
+  ASSERT_EQ(hidden.rows.size(), 1u);
+  EXPECT_EQ(hidden.rows[0].status, "fail");
+  EXPECT_EQ(hidden.rows[0].reason,
+            "a NaN planted in the cached K of (request 0, position 49, kv head 7): token 0 (request 0) head 28 "
+            "attends it but 128 of its 128 O elements are not NaN (4 rows wrong, of 4 that attend it)");
+
+  const PipelineResult leaked = run_scenario(sc, registry, check_only("nan_leaked"));
+  ASSERT_EQ(leaked.rows.size(), 1u);
+  EXPECT_EQ(leaked.rows[0].status, "fail");
+  EXPECT_EQ(leaked.rows[0].reason,
+            "a NaN planted in the cached K of (request 0, position 49, kv head 7): token 1 (request 1) head 0 "
+            "does not attend it but holds a NaN");
+
+  PipelineOptions no_probe = check_only("nan_hidden");
+  no_probe.nan_probe = false;
+  const PipelineResult unprobed = run_scenario(sc, registry, no_probe);
+  ASSERT_EQ(unprobed.rows.size(), 1u);
+  EXPECT_EQ(unprobed.rows[0].status, "pass") << unprobed.rows[0].reason;
 }
 
 // [run] num_layers: one call runs every layer, so a row's work is every layer's; a row that kept

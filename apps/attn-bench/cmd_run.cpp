@@ -29,7 +29,8 @@ struct RunArgs {
   std::optional<int> iterations, warmup;
   std::optional<double> host_timeout;
   std::optional<int64_t> check_sample;
-  bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, quiet = false;
+  bool cold_l2 = false, no_cold_l2 = false, cuda_graph = false, no_invariance = false, no_nan_probe = false;
+  bool quiet = false;
   bool no_read_floor = false;
   bool strict = false;
   std::string cascade;
@@ -73,6 +74,7 @@ int run_verb(const RunArgs& a) {
   opts.strict = a.strict;
   opts.time = !a.validate_only;
   opts.batch_invariance = !a.no_invariance;
+  opts.nan_probe = !a.no_nan_probe;
   const bool interactive = isatty(fileno(stderr)) != 0;
   if (!a.quiet)
     opts.progress = [interactive](const std::string& line) {
@@ -187,6 +189,8 @@ void add_common(CLI::App* cmd, RunArgs& a) {
   cmd->add_flag("--strict", a.strict,
                 "Also bound each error by 2x a same-precision naive implementation (as [check] strict = true)");
   cmd->add_flag("--no-invariance", a.no_invariance, "Skip the batch-invariance check");
+  cmd->add_flag("--no-nan-probe", a.no_nan_probe,
+                "Skip the NaN probe (one cached key planted NaN must reach exactly the rows that attend it)");
   cmd->add_flag("-q,--quiet", a.quiet, "No progress lines");
 }
 

@@ -439,22 +439,17 @@ Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t se
   return b;
 }
 
-// ---- count_work ------------------------------------------------------------------------------
-
-namespace {
-
-// Visible keys [lo, hi] of the query at absolute position p of a sequence of seq_len tokens
-// (the semantics of the reference). Causal rows always see at least their own key.
-struct KeyRange {
-  int64_t lo, hi;
-};
-KeyRange visible_keys(const Batch& b, int64_t p, int64_t seq_len) {
+VisibleKeys visible_keys(const Batch& b, int64_t p, int64_t seq_len) {
   if (!b.spec.causal()) return {0, seq_len - 1};
   int64_t lo = 0;
   if (b.spec.sliding_window > 0) lo = std::max<int64_t>(lo, p - b.spec.sliding_window + 1);
   if (b.local_attention_chunk > 0) lo = std::max<int64_t>(lo, p / b.local_attention_chunk * b.local_attention_chunk);
   return {lo, p};
 }
+
+// ---- count_work ------------------------------------------------------------------------------
+
+namespace {
 
 // Sum over p in [p0, p1] of (p - lo(p) + 1) for a causal request, in closed form: the lower
 // bound is piecewise linear in p (0, p - w + 1 or the chunk start), so split at the window

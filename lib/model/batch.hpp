@@ -107,6 +107,14 @@ void check_batch_size(const AttentionSpec& spec, const BatchShape& shape, const 
 // RuntimeError when the batch's arrays do not fit host memory (check_batch_size).
 Batch make_batch(const AttentionSpec& spec, const BatchShape& shape, uint64_t seed);
 
+// Visible keys [lo, hi] (both included) of the query at absolute position p of a request of seq_len
+// tokens, the reference's semantics: causal rows see keys lo .. p, lo raised by a sliding window or
+// a local attention chunk; non-causal rows see the whole sequence.
+struct VisibleKeys {
+  int64_t lo, hi;
+};
+VisibleKeys visible_keys(const Batch& b, int64_t p, int64_t seq_len);
+
 // Work of one attention call over the batch: FLOPs count only unmasked (q, k) pairs
 // (2·(dqk + dv) per pair); bytes = Q + K/V actually read (each visible token once per kv head,
 // cache dtype) + new K/V written + O written.

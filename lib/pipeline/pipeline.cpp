@@ -19,6 +19,7 @@
 #include "timing/read_floor.hpp"
 #include "timing/timing.hpp"
 #include "validate/naive.hpp"
+#include "validate/nan_probe.hpp"
 #include "validate/validate.hpp"
 
 namespace attn {
@@ -605,6 +606,27 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
                 row.read_floor_us = f.us * row.num_layers;
                 row.pct_read_floor = 100.0 * row.read_floor_us / t.median_us;
               }
+            }
+          }
+        }
+        // The NaN probe (validate/nan_probe.hpp): one context key's cached K planted NaN must reach
+        // exactly the rows that attend it, however the backend split and merged their keys. A fresh
+        // instance, once this one is released: never two sets of caches at once.
+        if (opts.nan_probe && row.status == to_string(RowStatus::pass)) {
+          if (const std::optional<CachedKey> key = nan_probe_key(batch)) {
+            if (opts.progress) opts.progress(fmt::format("{}: {} NaN probe", batch.label, be->name()));
+            inst.reset();
+            RunOptions probe_opts = ropts;
+            probe_opts.nan_key = *key;
+            std::unique_ptr<BackendInstance> pi = be->create(batch, meta, probe_opts);
+            pi->plan();
+            pi->poison();
+            pi->run();
+            pi->synchronize();
+            const NanProbeResult np = check_nan_probe(batch, *key, out, pi->fetch(), row.deterministic);
+            if (!np.pass) {
+              row.status = to_string(RowStatus::fail);
+              row.reason = np.failure;
             }
           }
         }

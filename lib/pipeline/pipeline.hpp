@@ -23,6 +23,7 @@ struct PipelineOptions {
   bool strict = false;                  // as [check] strict = true for every scenario
   bool time = true;                     // run: time every passing backend; validate: checks only
   bool batch_invariance = true;         // run requests alone and compare bitwise (reported)
+  bool nan_probe = true;                // one cached key planted NaN reaches exactly its rows (gated)
   bool read_floor = true;               // device rows timed from a cold L2: their bytes' read floor
   double peak_bandwidth_gbs = 0;        // device ceilings for % of peak (0 = unknown)
   double peak_tflops = 0;
