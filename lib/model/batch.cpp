@@ -236,7 +236,8 @@ HostBytes run_host_bytes(const AttentionSpec& spec, const BatchShape& shape, con
   const double backends = static_cast<double>(all_backend_names().size());
   const double per_head = qk * (sizeof(float) + sizeof(double))        // Q: float and model dtype (<= 8 B)
                           + references * (v * sizeof(double) + 9.0)    // float64 o, lse, checked flag
-                          + v * sizeof(float) * (features + 3 + backends);  // feature outputs, out, again, buffer, kept
+                          + v * sizeof(float) * (features + 3 + backends);  // feature outputs, out, again (or the NaN
+                                                                            // probe's), buffer, kept
   h.per_token = tokens * (heads * per_head + kv_entry * 2 * sizeof(float));  // + new K/V, float and model dtype
   return h;
 }

@@ -531,16 +531,18 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
         // Determinism: a second poisoned run must match bit for bit (reported). It must also pass
         // the same check: state a run leaves behind (a counter, a flag, a workspace) that the next
         // run of the same instance trips over fails the row, as a serving loop would hit it.
-        inst->poison();
-        inst->run();
-        inst->synchronize();
-        const AttentionOutput again = inst->fetch();
-        row.deterministic = bitwise_equal(out.o, again.o);
-        if (!row.deterministic && row.status == to_string(RowStatus::pass)) {
-          const ValidationResult v2 = validate_output(batch, again, check_ref, budget);
-          if (!v2.pass) {
-            row.status = to_string(RowStatus::fail);
-            row.reason = "the second run of the same instance: " + v2.failure;
+        {  // `again` is released before the NaN probe fetches a third output
+          inst->poison();
+          inst->run();
+          inst->synchronize();
+          const AttentionOutput again = inst->fetch();
+          row.deterministic = bitwise_equal(out.o, again.o);
+          if (!row.deterministic && row.status == to_string(RowStatus::pass)) {
+            const ValidationResult v2 = validate_output(batch, again, check_ref, budget);
+            if (!v2.pass) {
+              row.status = to_string(RowStatus::fail);
+              row.reason = "the second run of the same instance: " + v2.failure;
+            }
           }
         }
 
