@@ -63,62 +63,33 @@ class AbsentBackend : public Backend {
 
 // The cpu backend, declaring an e4m3 intermediate in its output (as the fp8 tensor-core prefill
 // declares its P): its budget's floor, and so every element bound, grows by the data-flow factor.
-class CoarseInstance : public BackendInstance {
- public:
-  explicit CoarseInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
-  void plan() override { inner_->plan(); }
-  void run() override { inner_->run(); }
-  void poison() override { inner_->poison(); }
-  AttentionOutput fetch() override {
-    AttentionOutput o = inner_->fetch();
-    o.coarse_roundings = {DType::fp8_e4m3};
-    return o;
-  }
-
- private:
-  std::unique_ptr<BackendInstance> inner_;
+struct DeclareE4m3 {
+  void operator()(AttentionOutput& o) const { o.coarse_roundings = {DType::fp8_e4m3}; }
 };
+using CoarseInstance = testing::FetchAdjustedInstance<DeclareE4m3>;
 
 // The cpu backend, turning every NaN of its output into a finite value (O 0, LSE -inf): what a merge
 // that weighs a piece that read a NaN as a piece without keys gives the rows of that piece.
-class NanHiddenInstance : public BackendInstance {
- public:
-  explicit NanHiddenInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
-  void plan() override { inner_->plan(); }
-  void run() override { inner_->run(); }
-  void poison() override { inner_->poison(); }
-  AttentionOutput fetch() override {
-    AttentionOutput o = inner_->fetch();
+struct HideNan {
+  void operator()(AttentionOutput& o) const {
     for (float& x : o.o)
       if (std::isnan(x)) x = 0.0f;
     for (float& x : o.lse)
       if (std::isnan(x)) x = -std::numeric_limits<float>::infinity();
-    return o;
   }
-
- private:
-  std::unique_ptr<BackendInstance> inner_;
 };
+using NanHiddenInstance = testing::FetchAdjustedInstance<HideNan>;
 
 // The cpu backend, letting a NaN row spill into the row after it (the next head, or the next
 // token's first head): what a head mapping or an output offset that is one row off gives.
-class NanLeakedInstance : public BackendInstance {
- public:
-  explicit NanLeakedInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
-  void plan() override { inner_->plan(); }
-  void run() override { inner_->run(); }
-  void poison() override { inner_->poison(); }
-  AttentionOutput fetch() override {
-    AttentionOutput o = inner_->fetch();
+struct LeakNan {
+  void operator()(AttentionOutput& o) const {
     const size_t dv = static_cast<size_t>(o.head_size_v);
     for (size_t row = o.o.size() / dv - 1; row > 0; --row)
       if (std::isnan(o.o[(row - 1) * dv])) o.o[row * dv] = std::numeric_limits<float>::quiet_NaN();
-    return o;
   }
-
- private:
-  std::unique_ptr<BackendInstance> inner_;
 };
+using NanLeakedInstance = testing::FetchAdjustedInstance<LeakNan>;
 
 PipelineOptions check_only(const std::string& backend) {
   PipelineOptions o;

@@ -30,4 +30,25 @@ class WrappedBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
+// An instance that runs the inner one unchanged and passes its output through Adjust (a callable
+// type, `void operator()(AttentionOutput&) const`) in fetch(): a fault or a declaration planted on
+// the output alone.
+template <class Adjust>
+class FetchAdjustedInstance final : public BackendInstance {
+ public:
+  explicit FetchAdjustedInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override { inner_->run(); }
+  void poison() override { inner_->poison(); }
+  void synchronize() override { inner_->synchronize(); }
+  AttentionOutput fetch() override {
+    AttentionOutput o = inner_->fetch();
+    Adjust{}(o);
+    return o;
+  }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+};
+
 }  // namespace attn::testing
