@@ -311,8 +311,9 @@ TEST(CpuCascade, OnAndOffAgreeWithReference) {
 }
 
 // A NaN key reaches exactly the rows that attend it: through the cascade's merge (a key of the
-// shared prefix, every request's rows; a key of one request past the prefix), and through the
-// MLA prefill's context chunks, merged by LSE (a 50-token context in 16-token chunks).
+// shared prefix, every request's rows; a key of one request past the prefix; a new token's, written
+// by the run's cache write and masked from the tokens before it), and through the MLA prefill's
+// context chunks, merged by LSE (a 50-token context in 16-token chunks), and its new tokens.
 TEST(CpuCascade, NanKeyReachesEveryRowThatAttendsIt) {
   const AttentionSpec s = mha_spec(8, 2, 32);
   const Batch b = make_test_batch(s, cascade_requests(), 64);
@@ -321,11 +322,14 @@ TEST(CpuCascade, NanKeyReachesEveryRowThatAttendsIt) {
   const auto backend = make_cpu_backend();
   EXPECT_EQ(testing::expect_nan_key_reaches_its_rows(*backend, b, {2, 40, 1}, on), "cascade=on prefix=64");
   testing::expect_nan_key_reaches_its_rows(*backend, b, {2, 90, 0}, on);
+  testing::expect_nan_key_reaches_its_rows(*backend, b, {7, 83, 1}, on);  // new tokens 77-88
   CpuBackendOptions small;
   small.mla_workspace_tokens = 32;
   const Batch mla = make_test_batch(mla_spec(3), {{50, 6}, {10, 4}, {33, 1}, {0, 5}});
   const std::string plan = testing::expect_nan_key_reaches_its_rows(*make_cpu_backend(small), mla, {0, 37, 0});
   EXPECT_NE(plan.find("context_chunks=4"), std::string::npos) << plan;
+  testing::expect_nan_key_reaches_its_rows(*make_cpu_backend(small), mla, {0, 52, 0});  // new tokens 50-55
+  testing::expect_nan_key_reaches_its_rows(*make_cpu_backend(small), mla, {3, 2, 0});   // no context
 }
 
 TEST(CpuCascade, AutoFollowsUseCascadeAttention) {

@@ -1,4 +1,4 @@
-// The NaN probe's choice of key and its rows (validate/nan_probe.hpp); the probe run by the pipeline
+// The NaN probe's choice of keys and their rows (validate/nan_probe.hpp); the probe run by the pipeline
 // is test_pipeline's PipelineCheck.NanProbeFailsANanHiddenOrLeaked, and on each GPU backend's merge
 // paths their NanKeyReachesEveryRowThatAttendsIt.
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ Batch batch(const AttentionSpec& s, std::vector<RequestShape> reqs, int shared_p
 }
 
 // Rows (token, head) that attend the key, as token * heads + head.
-std::vector<int64_t> attending(const Batch& b, const CachedKey& key) {
+std::vector<int64_t> attending(const Batch& b, const TokenKey& key) {
   const std::vector<uint8_t> a = rows_attending(b, key);
   std::vector<int64_t> rows;
   for (size_t i = 0; i < a.size(); ++i)
@@ -40,26 +40,63 @@ std::vector<int64_t> attending(const Batch& b, const CachedKey& key) {
   return rows;
 }
 
-TEST(NanProbe, KeyOfTheLongestContextInTheLastKvHead) {
+TEST(NanProbe, ContextKeyOfTheLongestContextNewKeyOfTheLongestQuery) {
   // Request 1 has the longest context: the middle of keys 0-299, kv head 1 (heads 2-3 of 4).
+  // Request 2 has the most new tokens: its middle one (position 2), kv head 0 (heads 0-1).
   const Batch b = batch(spec(4, 2), {{100, 1}, {300, 2}, {0, 5}});
-  const auto key = nan_probe_key(b);
-  ASSERT_TRUE(key.has_value());
-  EXPECT_EQ(key->req, 1);
-  EXPECT_EQ(key->pos, 149);
-  EXPECT_EQ(key->kv_head, 1);
+  const std::vector<TokenKey> keys = nan_probe_keys(b);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0], (TokenKey{1, 149, 1}));
+  EXPECT_EQ(keys[1], (TokenKey{2, 2, 0}));
+  EXPECT_FALSE(is_new_token_key(b, keys[0]));
+  EXPECT_TRUE(is_new_token_key(b, keys[1]));
   // Tokens 1 and 2 (request 1), heads 2 and 3.
-  EXPECT_EQ(attending(b, *key), (std::vector<int64_t>{6, 7, 10, 11}));
-  // No context token anywhere: nothing to plant (the new tokens' slots are the run's to write).
-  EXPECT_FALSE(nan_probe_key(batch(spec(4, 2), {{0, 5}, {0, 3}})).has_value());
+  EXPECT_EQ(attending(b, keys[0]), (std::vector<int64_t>{6, 7, 10, 11}));
+  // Tokens 5-7 (positions 2-4 of request 2), heads 0 and 1: tokens 3 and 4 precede the key.
+  EXPECT_EQ(attending(b, keys[1]), (std::vector<int64_t>{20, 21, 24, 25, 28, 29}));
+  // No context token anywhere (a prefill from scratch): the new key alone.
+  const Batch fresh = batch(spec(4, 2), {{0, 5}, {0, 3}});
+  EXPECT_EQ(nan_probe_keys(fresh), (std::vector<TokenKey>{{0, 2, 0}}));
+  EXPECT_EQ(attending(fresh, {0, 2, 0}), (std::vector<int64_t>{8, 9, 12, 13, 16, 17}));
+}
+
+TEST(NanProbe, OneKvHeadTakesTheNewKeyFromAnotherRequest) {
+  // One kv head: every row of a request attends both keys' head, so the new key goes to the
+  // request with the most new tokens other than the context key's (request 2, 300 context).
+  const Batch b = batch(spec(2, 1), {{100, 1}, {50, 6}, {300, 8}});
+  EXPECT_EQ(nan_probe_keys(b), (std::vector<TokenKey>{{2, 149, 0}, {1, 53, 0}}));
+  // A single request: the context key alone.
+  EXPECT_EQ(nan_probe_keys(batch(spec(2, 1), {{300, 8}})), (std::vector<TokenKey>{{0, 149, 0}}));
+}
+
+TEST(NanProbe, NoRowAttendsBothKeys) {
+  AttentionSpec window = spec(4, 2);
+  window.sliding_window = 8;
+  const std::vector<Batch> batches = {
+      batch(spec(4, 2), {{100, 1}, {300, 7}, {0, 5}}), batch(spec(4, 2), {{300, 7}}),
+      batch(spec(2, 1), {{40, 3}, {10, 9}, {0, 2}}), batch(spec(4, 2), {{64, 1}, {80, 6}}, 32),
+      batch(window, {{30, 12}, {5, 3}}), batch(spec(4, 4), {{16, 2}, {0, 16}}, 0, 8)};
+  for (const Batch& b : batches) {
+    const std::vector<TokenKey> keys = nan_probe_keys(b);
+    ASSERT_EQ(keys.size(), 2u);
+    const std::vector<uint8_t> a = rows_attending(b, keys[0]), n = rows_attending(b, keys[1]);
+    int64_t new_rows = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_FALSE(a[i] && n[i]) << "row " << i << " attends both keys";
+      new_rows += n[i];
+    }
+    EXPECT_GT(new_rows, 0);
+  }
+  // A shared prefix with one kv head: every row attends the prefix key, so no new key.
+  EXPECT_EQ(nan_probe_keys(batch(spec(2, 1), {{64, 1}, {80, 2}}, 32)).size(), 1u);
 }
 
 TEST(NanProbe, SharedPrefixKeyIsEveryRequests) {
   const Batch b = batch(spec(2, 1), {{64, 1}, {80, 2}}, 32);
-  const auto key = nan_probe_key(b);
-  ASSERT_TRUE(key.has_value());
-  EXPECT_EQ(key->pos, 16);
-  EXPECT_EQ(attending(b, *key).size(), 6u);  // 3 tokens x 2 heads
+  const std::vector<TokenKey> keys = nan_probe_keys(b);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys[0].pos, 16);
+  EXPECT_EQ(attending(b, keys[0]).size(), 6u);  // 3 tokens x 2 heads
 }
 
 TEST(NanProbe, WindowsAndChunksDecideWhoAttends) {
@@ -68,27 +105,32 @@ TEST(NanProbe, WindowsAndChunksDecideWhoAttends) {
   AttentionSpec w = spec(1, 1);
   w.sliding_window = 4;
   const Batch bw = batch(w, {{100, 4}});
-  const auto kw = nan_probe_key(bw);
-  ASSERT_TRUE(kw.has_value());
-  EXPECT_EQ(kw->pos, 98);
-  EXPECT_EQ(attending(bw, *kw), (std::vector<int64_t>{0, 1}));
+  const TokenKey kw = nan_probe_keys(bw).at(0);
+  EXPECT_EQ(kw.pos, 98);
+  EXPECT_EQ(attending(bw, kw), (std::vector<int64_t>{0, 1}));
+  // A new key (position 102) is seen by the tokens at 102-105, not by 100 and 101 (causal) nor from
+  // 106 on (the window).
+  AttentionSpec w2 = spec(1, 1);
+  w2.sliding_window = 4;
+  EXPECT_EQ(attending(batch(w2, {{100, 8}}), {0, 102, 0}), (std::vector<int64_t>{2, 3, 4, 5}));
   // A local chunk of 64 starting at the first new token (position 128): no new token sees a context
   // key, so the key (position 64) is attended by no row, and the probe checks that none reads it.
   const Batch bc = batch(spec(1, 1), {{128, 10}}, 0, 64);
-  const auto kc = nan_probe_key(bc);
-  ASSERT_TRUE(kc.has_value());
-  EXPECT_EQ(kc->pos, 64);
-  EXPECT_TRUE(attending(bc, *kc).empty());
+  const TokenKey kc = nan_probe_keys(bc).at(0);
+  EXPECT_EQ(kc.pos, 64);
+  EXPECT_TRUE(attending(bc, kc).empty());
   // Non-causal: every token of the request sees every key.
   AttentionSpec enc = spec(2, 2);
   enc.attn_type = AttentionType::encoder_only;
   const Batch be = batch(enc, {{40, 3}, {10, 2}});
   EXPECT_EQ(attending(be, {0, 39, 0}), (std::vector<int64_t>{0, 2, 4}));
+  // A new key of a non-causal request: every token of it, the earlier ones too.
+  EXPECT_EQ(attending(be, {0, 41, 0}), (std::vector<int64_t>{0, 2, 4}));
 }
 
 TEST(NanProbe, ChecksBothWays) {
   const Batch b = batch(spec(2, 2), {{10, 1}, {10, 1}});
-  const CachedKey key{1, 3, 1};  // row 3: token 1, head 1
+  const std::vector<TokenKey> key{{1, 3, 1}};  // row 3: token 1, head 1
   AttentionOutput clean;
   clean.num_tokens = 2;
   clean.num_heads = 2;

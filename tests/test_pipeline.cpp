@@ -120,8 +120,8 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
 }
 
-// The NaN probe (validate/nan_probe.hpp): one context key's cached K planted NaN must reach exactly
-// the rows that attend it. Both faults below pass the comparison with the reference (they change
+// The NaN probe (validate/nan_probe.hpp): a context key's cached K and a new token's K planted NaN
+// must reach exactly the rows that attend them. Both faults below pass the comparison with the reference (they change
 // nothing without a NaN) and fail the probe; without it (--no-nan-probe) they pass.
 TEST(PipelineCheck, NanProbeFailsANanHiddenOrLeaked) {
   const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
@@ -136,21 +136,23 @@ TEST(PipelineCheck, NanProbeFailsANanHiddenOrLeaked) {
   ASSERT_EQ(clean.rows.size(), 1u);
   EXPECT_EQ(clean.rows[0].status, "pass") << clean.rows[0].reason;
 
-  // Request 0 has the longest context (100): the key is its position 49 (the middle of keys 0-99),
-  // kv head 7 (heads 28-31).
+  // Request 0 has the longest context (100): the cached key is its position 49 (the middle of keys
+  // 0-99), kv head 7 (heads 28-31). Request 2 has the most new tokens (8 at 40-47): the new key is
+  // its position 44, kv head 0 (heads 0-3 of tokens 6-9).
   const PipelineResult hidden = run_scenario(sc, registry, check_only("nan_hidden"));
   ASSERT_EQ(hidden.rows.size(), 1u);
   EXPECT_EQ(hidden.rows[0].status, "fail");
   EXPECT_EQ(hidden.rows[0].reason,
             "a NaN planted in the cached K of (request 0, position 49, kv head 7): token 0 (request 0) head 28 "
-            "attends it but 128 of its 128 O elements are not NaN (4 rows wrong, of 4 that attend it)");
+            "attends it but 128 of its 128 O elements are not NaN (20 rows wrong, of 20 that attend a planted key)");
 
   const PipelineResult leaked = run_scenario(sc, registry, check_only("nan_leaked"));
   ASSERT_EQ(leaked.rows.size(), 1u);
   EXPECT_EQ(leaked.rows[0].status, "fail");
   EXPECT_EQ(leaked.rows[0].reason,
-            "a NaN planted in the cached K of (request 0, position 49, kv head 7): token 1 (request 1) head 0 "
-            "does not attend it but holds a NaN");
+            "a NaN planted in the cached K of (request 0, position 49, kv head 7) and the new K of (request 2, "
+            "position 44, kv head 0): token 1 (request 1) head 0 attends neither key but holds a NaN (5 rows wrong, "
+            "of 20 that attend a planted key)");
 
   PipelineOptions no_probe = check_only("nan_hidden");
   no_probe.nan_probe = false;

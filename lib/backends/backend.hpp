@@ -14,7 +14,7 @@
 #include "metadata/common.hpp"
 #include "model/backend_names.hpp"  // all_backend_names, same_backend_name, canonical_backend_name
 #include "model/batch.hpp"
-#include "model/kv_cache.hpp"  // CachedKey
+#include "model/kv_cache.hpp"  // TokenKey
 
 namespace attn {
 
@@ -32,9 +32,10 @@ struct RunOptions {
   // Tests of the layers: every cache but the last layer's is NaN throughout once created, so the
   // output (the last layer's) is finite only if that layer reads its own cache alone.
   bool nan_all_but_last_layer = false;
-  // Tests of NaN propagation: this context token's cached K is NaN in every layer's cache, so every
-  // row that attends it must come out NaN (O and LSE), however its keys were split and merged.
-  CachedKey nan_key;
+  // Tests of NaN propagation: these tokens' K are NaN (a context token's in every layer's cache, a
+  // new token's in the K input the cache write stores), so every row that attends one must come out
+  // NaN (O and LSE), however its keys were split and merged, and no other row.
+  std::vector<TokenKey> nan_keys;
   int threads = 0;                           // host backends (0 = default)
   int num_sms = 132;                         // for scheduling rules when no device is queried
   // CUDA graphs (vLLM's capture sizes): plan the decode for this many requests so that one

@@ -63,9 +63,10 @@ class LayerCaches {
  public:
   LayerCaches() = default;
   // nan_all_but_last: every cache but the last NaN throughout (RunOptions::nan_all_but_last_layer);
-  // nan_key: that context token's K NaN in every cache (RunOptions::nan_key).
+  // nan_keys: those of context tokens NaN in every cache (RunOptions::nan_keys; a new token's key is
+  // the backend's input to plant).
   LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream,
-              bool nan_all_but_last = false, const CachedKey& nan_key = {});
+              bool nan_all_but_last = false, const std::vector<TokenKey>& nan_keys = {});
   int size() const { return static_cast<int>(caches_.size()); }
   void* data(int layer) const { return caches_[static_cast<size_t>(layer)].data(); }
   template <class T>

@@ -124,7 +124,7 @@ ReshapeAndCacheParams cache_write_params(const Batch& b, const CacheView& view, 
 }
 
 LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_layers, cudaStream_t stream,
-                         bool nan_all_but_last, const CachedKey& nan_key) {
+                         bool nan_all_but_last, const std::vector<TokenKey>& nan_keys) {
   const int n = num_layers < 1 ? 1 : num_layers;
   const double total = static_cast<double>(layout.bytes()) * n;
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -145,7 +145,8 @@ LayerCaches::LayerCaches(const Batch& b, const KvCacheLayout& layout, int num_la
   if (nan_all_but_last)
     for (int l = 0; l + 1 < n; ++l)
       ATTN_CUDA_CHECK(cudaMemsetAsync(caches_[static_cast<size_t>(l)].data(), 0xff, layout.bytes(), stream));
-  if (nan_key.set()) {
+  for (const TokenKey& nan_key : nan_keys) {
+    if (is_new_token_key(b, nan_key)) continue;  // the backend's input
     const ElementRange key = cached_key_elements(b, layout, nan_key);
     const std::size_t es = dtype_size(layout.dtype);
     for (DeviceBuffer& cache : caches_)

@@ -79,7 +79,17 @@ KvCacheLayout make_cache_layout(const Batch& b, CacheFormat format) {
   return l;
 }
 
-ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const CachedKey& key) {
+bool is_new_token_key(const Batch& b, const TokenKey& key) {
+  if (key.req < 0 || key.req >= b.num_reqs()) return false;
+  const RequestShape& r = b.requests[static_cast<size_t>(key.req)];
+  return key.pos >= r.context_len && key.pos < r.seq_len();
+}
+
+bool nan_in_input(const std::vector<TokenKey>& keys, int req, int pos, int kv_head) {
+  return std::find(keys.begin(), keys.end(), TokenKey{req, pos, kv_head}) != keys.end();
+}
+
+ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const TokenKey& key) {
   if (key.req < 0 || key.req >= b.num_reqs() || key.pos < 0 || key.pos >= b.requests[key.req].context_len ||
       key.kv_head < 0 || key.kv_head >= layout.num_kv_heads)
     throw RuntimeError("cached_key_elements: (request " + std::to_string(key.req) + ", position " +

@@ -2,6 +2,7 @@
 // Paged KV cache layouts of the three backend families, as element-index maps.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "model/batch.hpp"
 
@@ -34,24 +35,39 @@ struct KvCacheLayout {
 
 KvCacheLayout make_cache_layout(const Batch& b, CacheFormat format);
 
-// One context token's cached K, for the tests of NaN propagation (RunOptions::nan_key): planted NaN
-// in every layer's cache, it must make every row that attends it NaN, also where it falls in one
-// split piece or cascade level of several (a merge that weighed a NaN piece as keyless would hide
-// it). A key of the shared prefix is every request's.
-struct CachedKey {
-  int req = -1;     // -1: none
-  int pos = 0;      // < the request's context_len (the run's cache write owns the new slots)
-  int kv_head = 0;  // MLA: 0, the one latent entry (kv_c ‖ k_pe, so V as well)
-  bool set() const { return req >= 0; }
+// One token's K in one kv head, for the tests of NaN propagation (RunOptions::nan_keys). A context
+// token's (pos < context_len) is planted NaN in every layer's cache; a new token's (context_len <=
+// pos < seq_len) in the K input that the run's own cache write stores. Either must make every row
+// that attends it NaN, also where it falls in one split piece or cascade level of several (a merge
+// that weighed a NaN piece as keyless would hide it), and no other row (a mask that adds -inf to a
+// NaN score, or a window that reads past its end, would spread it). A key of the shared prefix is
+// every request's.
+// MLA: a context key is the whole latent entry (kv_c ‖ k_pe, so V as well); a new token's is its
+// k_pe alone, so K alone as in MHA. Its V must stay finite: the tokens before it see it masked in
+// the same tiles, and a masked key's NaN V still reaches their rows through the products P V
+// (0 x NaN) of every tile-based kernel, which no mask can prevent.
+struct TokenKey {
+  int req = 0;
+  int pos = 0;      // < the request's seq_len
+  int kv_head = 0;  // MLA: 0, the one latent entry
+  bool operator==(const TokenKey&) const = default;
 };
 
-// The elements [first, first + count) of that K in a cache of `layout`; throws for a key the batch
-// does not hold.
+// Whether `key` is a new token's of `b` (context_len <= pos < seq_len): the backend plants it in its
+// input. Any other key is planted in the cache (cached_key_elements, which rejects one `b` lacks).
+bool is_new_token_key(const Batch& b, const TokenKey& key);
+
+// Whether `keys` holds new token `pos` of request `req` in kv head `kv_head`: its K input (MLA: the
+// k_pe of its latent input) goes to the backend NaN.
+bool nan_in_input(const std::vector<TokenKey>& keys, int req, int pos, int kv_head);
+
+// The elements [first, first + count) of a context token's K in a cache of `layout`; throws for a key
+// the batch does not hold in its context.
 struct ElementRange {
   int64_t first = 0;
   int64_t count = 0;
 };
-ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const CachedKey& key);
+ElementRange cached_key_elements(const Batch& b, const KvCacheLayout& layout, const TokenKey& key);
 
 // Host fill: every element NaN first (page tails past each sequence, unused blocks, and the
 // slots the new tokens will be written to), then the K/V of every context token

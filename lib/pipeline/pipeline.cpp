@@ -611,21 +611,21 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
             }
           }
         }
-        // The NaN probe (validate/nan_probe.hpp): one context key's cached K planted NaN must reach
-        // exactly the rows that attend it, however the backend split and merged their keys. A fresh
-        // instance, once this one is released: never two sets of caches at once.
+        // The NaN probe (validate/nan_probe.hpp): a context key's and a new token's K planted NaN
+        // must reach exactly the rows that attend them, however the backend split, merged and masked
+        // their keys. A fresh instance, once this one is released: never two sets of caches at once.
         if (opts.nan_probe && row.status == to_string(RowStatus::pass)) {
-          if (const std::optional<CachedKey> key = nan_probe_key(batch)) {
+          if (const std::vector<TokenKey> keys = nan_probe_keys(batch); !keys.empty()) {
             if (opts.progress) opts.progress(fmt::format("{}: {} NaN probe", batch.label, be->name()));
             inst.reset();
             RunOptions probe_opts = ropts;
-            probe_opts.nan_key = *key;
+            probe_opts.nan_keys = keys;
             std::unique_ptr<BackendInstance> pi = be->create(batch, meta, probe_opts);
             pi->plan();
             pi->poison();
             pi->run();
             pi->synchronize();
-            const NanProbeResult np = check_nan_probe(batch, *key, out, pi->fetch(), row.deterministic);
+            const NanProbeResult np = check_nan_probe(batch, keys, out, pi->fetch(), row.deterministic);
             if (!np.pass) {
               row.status = to_string(RowStatus::fail);
               row.reason = np.failure;

@@ -339,10 +339,36 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   RunOptions on;
   on.cascade = CascadeMode::on;
   const Batch cb = make_case_batch(cascade);
-  for (const CachedKey key : {CachedKey{0, 100, 2}, CachedKey{12, 550, 1}}) {
+  for (const TokenKey key : {TokenKey{0, 100, 2}, TokenKey{12, 550, 1}}) {
     const std::string plan = testing::expect_nan_key_reaches_its_rows(*backend, cb, key, on);
     EXPECT_NE(plan.find("cascade=on"), std::string::npos) << plan;
   }
+}
+
+// A new token's K, NaN in the K input: the cache write stores it, the rows at and after it come out
+// NaN and those before it, masked in the same tiles, stay as they were. A prefill from scratch on
+// the sm_90a kernel, a chunk of five tokens over an fp8 cache (the NaN quantized by the cache
+// write), and the cascade's suffix level.
+TEST(FlashAttnGpu, NewTokenNanKeyReachesItsRowsOnly) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const auto backend = make_flash_attn_backend();
+  Case fresh{make_spec(8, 1, 128)};
+  fresh.requests = {{0, 300}, {0, 129}};
+  testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fresh), {0, 150, 0});
+  Case fp8{make_spec(16, 4, 128)};
+  fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
+  fp8.spec.k_scale = 0.0125f;
+  fp8.spec.v_scale = 0.02f;
+  fp8.requests = {{1200, 1}, {900, 5}};
+  testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fp8), {1, 902, 3});
+  Case cascade{make_spec(16, 4, 128)};
+  cascade.shared_prefix_len = 512;
+  for (int i = 0; i < 12; ++i) cascade.requests.push_back({512 + 37 * i, 1});
+  cascade.requests.push_back({600, 45});
+  RunOptions on;
+  on.cascade = CascadeMode::on;
+  const std::string plan = testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(cascade), {12, 620, 1}, on);
+  EXPECT_NE(plan.find("cascade=on"), std::string::npos) << plan;
 }
 
 TEST(FlashAttnGpu, CascadeMatchesNonCascade) {

@@ -406,6 +406,21 @@ TEST(FlashMlaGpu, NanKeyReachesEveryRowThatAttendsIt) {
   EXPECT_NE(plan.find("context_chunks=4"), std::string::npos) << plan;
 }
 
+// A new token's latent entry, NaN in the input: the cache write stores it and the rows at and after
+// it come out NaN. With two query tokens the first one must not see the second's key (the causal
+// limit between them, on every decode kernel); the prefill's new tokens attend it causally.
+TEST(FlashMlaGpu, NewTokenNanKeyReachesItsRowsOnly) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  const Batch decode = make(mla_spec(16), {{3000, 2}, {700, 2}, {5, 2}});
+  for (const FlashMlaKernel k : decode_kernels()) {
+    FlashMlaOptions o;
+    o.decode_kernel = k;
+    testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(o), decode, {1, 701, 0});
+  }
+  const Batch prefill = make(mla_spec(16), {{200, 70}, {64, 33}, {5, 1}, {130, 3}});
+  testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(), prefill, {0, 235, 0});
+}
+
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // A 128-token workspace over 3 prefills with context: 64-token chunks, 4 passes over the

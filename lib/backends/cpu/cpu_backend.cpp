@@ -82,8 +82,9 @@ class CpuInstance final : public BackendInstance {
     // All-ones bytes: a NaN in every cache dtype (RunOptions::nan_all_but_last_layer).
     if (opts_.nan_all_but_last_layer)
       for (size_t l = 0; l + 1 < caches_.size(); ++l) std::fill(caches_[l].begin(), caches_[l].end(), uint8_t{0xff});
-    if (opts_.nan_key.set()) {  // RunOptions::nan_key
-      const ElementRange key = cached_key_elements(b_, layout_, opts_.nan_key);
+    for (const TokenKey& nan_key : opts_.nan_keys) {  // RunOptions::nan_keys
+      if (is_new_token_key(b_, nan_key)) continue;  // fill_inputs plants it
+      const ElementRange key = cached_key_elements(b_, layout_, nan_key);
       const int64_t es = static_cast<int64_t>(dtype_size(layout_.dtype));
       for (auto& cache : caches_) std::fill_n(cache.begin() + key.first * es, key.count * es, uint8_t{0xff});
     }
@@ -183,15 +184,19 @@ class CpuInstance final : public BackendInstance {
           }
         }
         if (s.use_mla) {
+          const bool nan_k_pe = nan_in_input(opts_.nan_keys, r, pos, 0);  // RunOptions::nan_keys: k_pe only
           for (int d = 0; d < s.mla.latent_dim(); ++d) {
-            store_as(s.dtype, latent_.data(), static_cast<size_t>(t * s.mla.latent_dim() + d), b_.latent_input(r, pos, d));
+            store_as(s.dtype, latent_.data(), static_cast<size_t>(t * s.mla.latent_dim() + d),
+                     nan_k_pe && d >= s.mla.kv_lora_rank ? std::numeric_limits<float>::quiet_NaN()
+                                                         : b_.latent_input(r, pos, d));
           }
           continue;
         }
         for (int h = 0; h < s.num_kv_heads; ++h) {
+          const bool nan_k = nan_in_input(opts_.nan_keys, r, pos, h);  // RunOptions::nan_keys
           for (int d = 0; d < s.head_size_qk; ++d) {
             store_as(s.dtype, k_.data(), static_cast<size_t>((t * s.num_kv_heads + h) * s.head_size_qk + d),
-                     b_.k_input(r, pos, h, d));
+                     nan_k ? std::numeric_limits<float>::quiet_NaN() : b_.k_input(r, pos, h, d));
           }
           for (int d = 0; d < s.head_size_v; ++d) {
             store_as(s.dtype, v_.data(), static_cast<size_t>((t * s.num_kv_heads + h) * s.head_size_v + d),

@@ -36,12 +36,13 @@ class FlashAttnInstance final : public BackendInstance {
     layout_ = make_cache_layout(b, CacheFormat::flash_attn);
     view_ = cache_view(layout_);
     caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
-                          opts.nan_key);
+                          opts.nan_keys);
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype,
                              [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); });
-    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
-                                 [&](int r, int pos, int h, int d) { return b.k_input(r, pos, h, d); });
+    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype, [&](int r, int pos, int h, int d) {
+      return nan_in_input(opts.nan_keys, r, pos, h) ? std::numeric_limits<float>::quiet_NaN() : b.k_input(r, pos, h, d);
+    });
     v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
                                  [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
     nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -130,12 +131,13 @@ class FlashInferInstance final : public BackendInstance {
     layout_ = make_cache_layout(b, CacheFormat::flashinfer);
     view_ = cache_view(layout_);
     caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
-                          opts.nan_key);  // one per layer
+                          opts.nan_keys);  // one per layer
 
     q_ = upload_token_values(b, s.num_q_heads, D, s.dtype, [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); },
                              token_of_);
-    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
-                                 [&](int r, int pos, int h, int d) { return b.k_input(r, pos, h, d); });
+    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype, [&](int r, int pos, int h, int d) {
+      return nan_in_input(opts.nan_keys, r, pos, h) ? std::numeric_limits<float>::quiet_NaN() : b.k_input(r, pos, h, d);
+    });
     v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
                                  [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
     nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -82,7 +83,7 @@ class FlashMlaInstance final : public BackendInstance {
     layout_ = make_cache_layout(b, CacheFormat::flashmla);
     view_ = cache_view(layout_);
     caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
-                          opts.nan_key);  // one per layer
+                          opts.nan_keys);  // one per layer
 
     // Inputs in the model dtype, internal order: q [T, H, 192], latent [T, 576]; W_UK and W_UV
     // [H, 512, 128] (W_UV also as fp32 for the decode's fp32 up-projection).
@@ -95,8 +96,11 @@ class FlashMlaInstance final : public BackendInstance {
         for (int h = 0; h < H; ++h)
           for (int d = 0; d < md.qk_head_dim(); ++d)
             store_as(s.dtype, q.data(), static_cast<std::size_t>((t * H + h) * md.qk_head_dim() + d), b.q(r, pos, h, d));
+        const bool nan_k_pe = nan_in_input(opts.nan_keys, r, pos, 0);  // RunOptions::nan_keys: k_pe only
         for (int d = 0; d < md.latent_dim(); ++d)
-          store_as(s.dtype, latent.data(), static_cast<std::size_t>(t * md.latent_dim() + d), b.latent_input(r, pos, d));
+          store_as(s.dtype, latent.data(), static_cast<std::size_t>(t * md.latent_dim() + d),
+                   nan_k_pe && d >= md.kv_lora_rank ? std::numeric_limits<float>::quiet_NaN()
+                                                    : b.latent_input(r, pos, d));
       }
     }
     const std::size_t wn = static_cast<std::size_t>(H) * md.kv_lora_rank * md.v_head_dim;
