@@ -190,7 +190,8 @@ void add_common(CLI::App* cmd, RunArgs& a) {
                 "Also bound each error by 2x a same-precision naive implementation (as [check] strict = true)");
   cmd->add_flag("--no-invariance", a.no_invariance, "Skip the batch-invariance check");
   cmd->add_flag("--no-nan-probe", a.no_nan_probe,
-                "Skip the NaN probe (one cached key planted NaN must reach exactly the rows that attend it)");
+                "Skip the NaN probe (a cached key and a new token's key planted NaN must reach exactly the rows "
+                "that attend them)");
   cmd->add_flag("-q,--quiet", a.quiet, "No progress lines");
 }
 
