@@ -310,7 +310,10 @@ TEST(FlashAttnGpu, SplitKvMergedInClusters) {
 // A NaN key reaches every row that attends it, however FLASH_ATTN splits the row's keys and merges
 // the pieces by LSE: split decodes merged by merge_attn_states (four splits, an fp8 cache) or in a
 // thread block cluster (two splits, on sm_90), a split prefill, and the cascade's two levels (a key
-// of the shared prefix, and one of a request's own).
+// of the shared prefix, and one of a request's own). New tokens' keys, NaN in the K input that the
+// cache write stores (quantized to fp8 by it in one case), reach the rows at and after them and not
+// those before them, masked in the same tiles: in a split decode of two tokens, in a prefill from
+// scratch on the sm_90a kernel, and in the cascade's suffix level.
 TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const auto backend = make_flash_attn_backend();
@@ -328,10 +331,15 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   fp8.spec.k_scale = 0.0125f;
   fp8.spec.v_scale = 0.02f;
   fp8.requests = {{1200, 1}, {900, 2}};
-  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fp8), {1, 450, 3}));
+  const Batch fb = make_case_batch(fp8);
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, fb, {1, 450, 3}));
+  expect_split(testing::expect_nan_key_reaches_its_rows(*backend, fb, {1, 901, 3}));  // new, quantized by the write
   Case prefill{make_spec(8, 1, 128)};
   prefill.requests = {{8000, 128}, {500, 64}};
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(prefill), {0, 5000, 0}));
+  Case fresh{make_spec(8, 1, 128)};
+  fresh.requests = {{0, 300}, {0, 129}};
+  testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fresh), {0, 150, 0});
   Case cascade{make_spec(16, 4, 128)};
   cascade.shared_prefix_len = 512;
   for (int i = 0; i < 12; ++i) cascade.requests.push_back({512 + 37 * i, 1});
@@ -339,36 +347,10 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   RunOptions on;
   on.cascade = CascadeMode::on;
   const Batch cb = make_case_batch(cascade);
-  for (const TokenKey key : {TokenKey{0, 100, 2}, TokenKey{12, 550, 1}}) {
+  for (const TokenKey key : {TokenKey{0, 100, 2}, TokenKey{12, 550, 1}, TokenKey{12, 620, 1}}) {
     const std::string plan = testing::expect_nan_key_reaches_its_rows(*backend, cb, key, on);
     EXPECT_NE(plan.find("cascade=on"), std::string::npos) << plan;
   }
-}
-
-// A new token's K, NaN in the K input: the cache write stores it, the rows at and after it come out
-// NaN and those before it, masked in the same tiles, stay as they were. A prefill from scratch on
-// the sm_90a kernel, a chunk of five tokens over an fp8 cache (the NaN quantized by the cache
-// write), and the cascade's suffix level.
-TEST(FlashAttnGpu, NewTokenNanKeyReachesItsRowsOnly) {
-  ATTN_REQUIRE_CUDA_DEVICE();
-  const auto backend = make_flash_attn_backend();
-  Case fresh{make_spec(8, 1, 128)};
-  fresh.requests = {{0, 300}, {0, 129}};
-  testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fresh), {0, 150, 0});
-  Case fp8{make_spec(16, 4, 128)};
-  fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
-  fp8.spec.k_scale = 0.0125f;
-  fp8.spec.v_scale = 0.02f;
-  fp8.requests = {{1200, 1}, {900, 5}};
-  testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fp8), {1, 902, 3});
-  Case cascade{make_spec(16, 4, 128)};
-  cascade.shared_prefix_len = 512;
-  for (int i = 0; i < 12; ++i) cascade.requests.push_back({512 + 37 * i, 1});
-  cascade.requests.push_back({600, 45});
-  RunOptions on;
-  on.cascade = CascadeMode::on;
-  const std::string plan = testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(cascade), {12, 620, 1}, on);
-  EXPECT_NE(plan.find("cascade=on"), std::string::npos) << plan;
 }
 
 TEST(FlashAttnGpu, CascadeMatchesNonCascade) {

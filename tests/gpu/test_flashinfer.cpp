@@ -347,7 +347,9 @@ TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
 
 // A NaN key reaches every row that attends it through FLASHINFER's merges by LSE: a split decode,
 // and the two-level cascade with level 0 in kv splits on the sm_90a kernel or on FlashInfer's own
-// prefill (a key of the shared prefix, and one of a request's own).
+// prefill (a key of the shared prefix, and one of a request's own). New tokens' keys, NaN in the K
+// input, reach the rows at and after them and not those before them, masked in the same tiles: in
+// the cascade's suffix level and in a prefill from scratch, on both prefill kernels.
 TEST(FlashInferGpu, NanKeyReachesEveryRowThatAttendsIt) {
   ATTN_REQUIRE_CUDA_DEVICE();
   Case split{make_spec(8, 2, 128)};
@@ -360,39 +362,19 @@ TEST(FlashInferGpu, NanKeyReachesEveryRowThatAttendsIt) {
   for (int i = 0; i < 12; ++i) cascade.requests.push_back({2048 + 37 * i, 1});
   cascade.requests.push_back({2100, 45});
   const Batch cb = make_case_batch(cascade);
-  RunOptions on;
-  on.cascade = CascadeMode::on;
-  for (const bool sm90 : {true, false}) {
-    FlashInferOptions fo;
-    fo.sm90_prefill = sm90;
-    for (const TokenKey key : {TokenKey{0, 1500, 2}, TokenKey{12, 2090, 0}}) {
-      const std::string p = testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(fo), cb, key, on);
-      EXPECT_NE(p.find("cascade=on"), std::string::npos) << p;
-    }
-  }
-}
-
-// A new token's K, NaN in the K input: the rows at and after it come out NaN, those before it stay
-// as they were: a prefill from scratch on the sm_90a kernel and on mma.sync, and the cascade's
-// suffix level.
-TEST(FlashInferGpu, NewTokenNanKeyReachesItsRowsOnly) {
-  ATTN_REQUIRE_CUDA_DEVICE();
   Case fresh{make_spec(8, 1, 128)};
   fresh.requests = {{0, 300}, {0, 129}};
   const Batch fb = make_case_batch(fresh);
-  Case cascade{make_spec(16, 4, 128)};
-  cascade.shared_prefix_len = 2048;
-  for (int i = 0; i < 12; ++i) cascade.requests.push_back({2048 + 37 * i, 1});
-  cascade.requests.push_back({2100, 45});
-  const Batch cb = make_case_batch(cascade);
   RunOptions on;
   on.cascade = CascadeMode::on;
   for (const bool sm90 : {true, false}) {
     FlashInferOptions fo;
     fo.sm90_prefill = sm90;
+    for (const TokenKey key : {TokenKey{0, 1500, 2}, TokenKey{12, 2090, 0}, TokenKey{12, 2120, 0}}) {
+      const std::string p = testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(fo), cb, key, on);
+      EXPECT_NE(p.find("cascade=on"), std::string::npos) << p;
+    }
     testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(fo), fb, {0, 150, 0});
-    const std::string p = testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(fo), cb, {12, 2120, 0}, on);
-    EXPECT_NE(p.find("cascade=on"), std::string::npos) << p;
   }
 }
 

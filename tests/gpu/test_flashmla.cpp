@@ -387,16 +387,21 @@ TEST(FlashMlaGpu, LayersEachOverTheirOwnCache) {
 
 // A NaN latent entry reaches every row that attends it through FLASHMLA's merges by LSE: a decode
 // request cut into many pieces (the combine, or the seesaw kernel's own merge) on every decode
-// kernel, and a prefill's context in workspace chunks (merge_attn_states).
+// kernel, and a prefill's context in workspace chunks (merge_attn_states). A new token's k_pe, NaN
+// in the input that the cache write stores, reaches the rows at and after it and not those before
+// it: the first of two query tokens must not see the second's key (the causal limit between them,
+// on every decode kernel), and the prefill's new tokens attend it causally.
 TEST(FlashMlaGpu, NanKeyReachesEveryRowThatAttendsIt) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const Batch decode = make(mla_spec(16), {{20000, 1}, {5, 1}, {700, 1}, {3000, 1}});
+  const Batch two_tokens = make(mla_spec(16), {{3000, 2}, {700, 2}, {5, 2}});
   for (const FlashMlaKernel k : decode_kernels()) {
     FlashMlaOptions o;
     o.decode_kernel = k;
     const std::string plan = testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(o), decode, {0, 12345, 0});
     EXPECT_NE(plan.find("split_reqs="), std::string::npos) << plan;
     EXPECT_EQ(plan.find("split_reqs=0 "), std::string::npos) << plan;
+    testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(o), two_tokens, {1, 701, 0});
   }
   FlashMlaOptions small;
   small.workspace_tokens = 128;
@@ -404,21 +409,7 @@ TEST(FlashMlaGpu, NanKeyReachesEveryRowThatAttendsIt) {
   const std::string plan =
       testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(small), prefill, {0, 150, 0});
   EXPECT_NE(plan.find("context_chunks=4"), std::string::npos) << plan;
-}
-
-// A new token's latent entry, NaN in the input: the cache write stores it and the rows at and after
-// it come out NaN. With two query tokens the first one must not see the second's key (the causal
-// limit between them, on every decode kernel); the prefill's new tokens attend it causally.
-TEST(FlashMlaGpu, NewTokenNanKeyReachesItsRowsOnly) {
-  ATTN_REQUIRE_CUDA_DEVICE();
-  const Batch decode = make(mla_spec(16), {{3000, 2}, {700, 2}, {5, 2}});
-  for (const FlashMlaKernel k : decode_kernels()) {
-    FlashMlaOptions o;
-    o.decode_kernel = k;
-    testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(o), decode, {1, 701, 0});
-  }
-  const Batch prefill = make(mla_spec(16), {{200, 70}, {64, 33}, {5, 1}, {130, 3}});
-  testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(), prefill, {0, 235, 0});
+  testing::expect_nan_key_reaches_its_rows(*make_flashmla_backend(small), prefill, {0, 235, 0});
 }
 
 TEST(FlashMlaGpu, PrefillManyChunksWithEmptyOnes) {
