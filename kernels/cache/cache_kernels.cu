@@ -83,6 +83,33 @@ __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* s
   }
 }
 
+// K and V rows of one token at once, where both have the same row length n: the loads of a K chunk
+// and of its V chunk are both in flight before either store (convert_rows twice would wait for the
+// K load, store, then wait for the V load: with one chunk of each per thread, as 8 heads of 128
+// take, the write streamed ~3 TB/s, latency-bound; docs/PERF_NOTES.md Version 75).
+template <DType In, DType C, int VEC>
+__device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type* k, const typename Storage<In>::type* v,
+                                                typename Storage<C>::type* kc, int64_t kc_row,
+                                                typename Storage<C>::type* vc, int64_t vc_row, int rows, int n,
+                                                float ks, float vs, int thread, int threads) {
+  using InV = Vec<typename Storage<In>::type, VEC>;
+  using OutV = Vec<typename Storage<C>::type, VEC>;
+  const int chunks = n / VEC;
+  for (int i = thread; i < rows * chunks; i += threads) {
+    const int r = i / chunks, d = (i - r * chunks) * VEC;
+    const InV a = *reinterpret_cast<const InV*>(k + r * n + d);
+    const InV b = *reinterpret_cast<const InV*>(v + r * n + d);
+    OutV x, y;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      x.v[j] = store_elem<C>(load_elem<In>(a.v[j]), ks);
+      y.v[j] = store_elem<C>(load_elem<In>(b.v[j]), vs);
+    }
+    *reinterpret_cast<OutV*>(kc + r * kc_row + d) = x;
+    *reinterpret_cast<OutV*>(vc + r * vc_row + d) = y;
+  }
+}
+
 // ---- reshape_and_cache_flash ---------------------------------------------------------------
 
 // kThreads threads per new token, p.tokens_per_cta tokens per CTA; each kv head's row of D
@@ -109,6 +136,11 @@ __global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
   const InT* value = static_cast<const InT*>(p.value) + t * p.value_stride;  // [num_kv_heads, head_size_v]
   CT* kc = static_cast<CT*>(p.k_cache) + block * p.k_strides.block + offset * p.k_strides.slot;
   CT* vc = static_cast<CT*>(p.v_cache) + block * p.v_strides.block + offset * p.v_strides.slot;
+  if (p.head_size_k == p.head_size_v) {
+    convert_kv_rows<In, C, VEC>(key, value, kc, p.k_strides.head, vc, p.v_strides.head, p.num_kv_heads, p.head_size_k, ks,
+                                vs, thread, kThreads);
+    return;
+  }
   convert_rows<In, C, VEC>(key, p.head_size_k, kc, p.k_strides.head, p.num_kv_heads, p.head_size_k, ks, thread,
                            kThreads);
   convert_rows<In, C, VEC>(value, p.head_size_v, vc, p.v_strides.head, p.num_kv_heads, p.head_size_v, vs, thread,
