@@ -62,6 +62,16 @@ struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
+// One access of VEC elements stored as the cache holds them.
+template <DType In, DType C, int VEC>
+__device__ __forceinline__ Vec<typename Storage<C>::type, VEC> convert_vec(const Vec<typename Storage<In>::type, VEC>& a,
+                                                                           float scale) {
+  Vec<typename Storage<C>::type, VEC> b;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), scale);
+  return b;
+}
+
 // `rows` rows of `n` elements each (n % VEC == 0), row r at src + r * src_row / dst + r * dst_row:
 // dst = store(load(src)), VEC elements per access. Rows and chunks are flattened over the
 // `threads` threads of the token (thread `thread` of them) so that every thread has work even
@@ -76,10 +86,7 @@ __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* s
   for (int i = thread; i < rows * chunks; i += threads) {
     const int r = i / chunks, d = (i - r * chunks) * VEC;
     const InV a = *reinterpret_cast<const InV*>(src + r * src_row + d);
-    OutV b;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), scale);
-    *reinterpret_cast<OutV*>(dst + r * dst_row + d) = b;
+    *reinterpret_cast<OutV*>(dst + r * dst_row + d) = convert_vec<In, C, VEC>(a, scale);
   }
 }
 
@@ -99,14 +106,8 @@ __device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type
     const int r = i / chunks, d = (i - r * chunks) * VEC;
     const InV a = *reinterpret_cast<const InV*>(k + r * n + d);
     const InV b = *reinterpret_cast<const InV*>(v + r * n + d);
-    OutV x, y;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      x.v[j] = store_elem<C>(load_elem<In>(a.v[j]), ks);
-      y.v[j] = store_elem<C>(load_elem<In>(b.v[j]), vs);
-    }
-    *reinterpret_cast<OutV*>(kc + r * kc_row + d) = x;
-    *reinterpret_cast<OutV*>(vc + r * vc_row + d) = y;
+    *reinterpret_cast<OutV*>(kc + r * kc_row + d) = convert_vec<In, C, VEC>(a, ks);
+    *reinterpret_cast<OutV*>(vc + r * vc_row + d) = convert_vec<In, C, VEC>(b, vs);
   }
 }
 
