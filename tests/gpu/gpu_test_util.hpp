@@ -22,6 +22,13 @@
       GTEST_SKIP() << attn_why_;                                       \
   } while (0)
 
+// An Outcome that must pass, with what a failure needs to be read.
+#define EXPECT_VALID(r)                                                                                          \
+  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err     \
+                          << " rel_l2 " << (r).v.rel_l2 << " x floor " << (r).v.err_over_floor                   \
+                          << " lse_err " << (r).v.lse_max_abs_err << " unwritten " << (r).v.unwritten          \
+                          << " nan " << (r).v.nan_mismatches
+
 namespace attn::testing {
 
 // An sm_90 (Hopper) device: the one the sm_90a kernels run on.
@@ -55,6 +62,34 @@ inline std::vector<RequestShape> short_prefill_rounds() {
 // balance_fixed_rounds). Validate them on a sample of (request, head) pairs: the whole reference is
 // ~70 GFLOP of float64.
 inline std::vector<RequestShape> l2_grouped_prefill() { return {{0, 3000}, {37, 2900}}; }
+
+// One backend's run of a batch, validated: what it wrote, the verdict and its plan.
+struct Outcome {
+  AttentionOutput out;
+  ValidationResult v;
+  std::string plan;
+};
+
+// Create, plan, poison, run and fetch on `backend`, then validate against the float64 reference on
+// max_pairs sampled (request, head) pairs (0 = all) under the model dtype's default budget.
+inline Outcome run_and_validate(const Backend& backend, const Batch& b, const RunOptions& opts = {},
+                                int64_t max_pairs = 0) {
+  const CommonAttentionMetadata m = build_common_metadata(b);
+  const Support sup = backend.supports(b.spec, b);
+  EXPECT_TRUE(sup.ok) << sup.reason;
+  auto inst = backend.create(b, m, opts);
+  inst->plan();
+  inst->poison();
+  inst->run();
+  Outcome r;
+  r.out = inst->fetch();
+  r.plan = inst->plan_summary();
+  ReferenceOptions ro;
+  ro.max_pairs = max_pairs;
+  ro.sample_seed = 5;
+  r.v = validate_output(b, r.out, compute_reference(b, reference_options_for(r.out, ro)), default_budget(b.spec.dtype));
+  return r;
+}
 
 // Copies a whole device buffer back to the host.
 template <class T = uint8_t>

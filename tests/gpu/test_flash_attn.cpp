@@ -59,12 +59,6 @@ Case softcap_sinks_window(int d, std::vector<RequestShape> requests) {
   return s;
 }
 
-struct Outcome {
-  AttentionOutput out;
-  ValidationResult v;
-  std::string plan;
-};
-
 Batch make_case_batch(const Case& c) {
   BatchShape shape;
   shape.label = "test";
@@ -75,33 +69,13 @@ Batch make_case_batch(const Case& c) {
   return make_batch(c.spec, shape, c.seed);
 }
 
+using testing::Outcome;
+
 Outcome run_case(const Case& c) {
-  const Batch b = make_case_batch(c);
-  const CommonAttentionMetadata m = build_common_metadata(b);
-  const auto backend = make_flash_attn_backend();
-  const Support sup = backend->supports(b.spec, b);
-  EXPECT_TRUE(sup.ok) << sup.reason;
   RunOptions opts;
   opts.cascade = c.cascade;
-  auto inst = backend->create(b, m, opts);
-  inst->plan();
-  inst->poison();
-  inst->run();
-  Outcome r;
-  r.out = inst->fetch();
-  r.plan = inst->plan_summary();
-  ReferenceOptions ro;
-  ro.max_pairs = c.max_pairs;
-  ro.sample_seed = 5;
-  const ReferenceResult ref = compute_reference(b, reference_options_for(r.out, ro));
-  r.v = validate_output(b, r.out, ref, default_budget(b.spec.dtype));
-  return r;
+  return testing::run_and_validate(*make_flash_attn_backend(), make_case_batch(c), opts, c.max_pairs);
 }
-
-#define EXPECT_VALID(r)                                                                          \
-  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
-                          << " rel_l2 " << (r).v.rel_l2 << " lse_err " << (r).v.lse_max_abs_err         \
-                          << " unwritten " << (r).v.unwritten << " nan " << (r).v.nan_mismatches
 
 TEST(FlashAttnGpu, DecodeGqa4Bf16) {
   ATTN_REQUIRE_CUDA_DEVICE();

@@ -39,12 +39,6 @@ struct Case {
   int64_t max_pairs = 0;     // (request, head) pairs the reference computes, sampled; 0 = all
 };
 
-struct Outcome {
-  AttentionOutput out;
-  ValidationResult v;
-  std::string plan;
-};
-
 Batch make_case_batch(const Case& c) {
   BatchShape shape;
   shape.label = "test";
@@ -54,28 +48,14 @@ Batch make_case_batch(const Case& c) {
   return make_batch(c.spec, shape, c.seed);
 }
 
+using testing::Outcome;
+
 Outcome run_case(const Case& c) {
-  const Batch b = make_case_batch(c);
-  const CommonAttentionMetadata m = build_common_metadata(b);
   FlashInferOptions fo;
   fo.sm90_prefill = c.sm90_prefill;
-  const auto backend = make_flashinfer_backend(fo);
-  const Support sup = backend->supports(b.spec, b);
-  EXPECT_TRUE(sup.ok) << sup.reason;
   RunOptions opts;
   opts.cascade = c.cascade;
-  auto inst = backend->create(b, m, opts);
-  inst->plan();
-  inst->poison();
-  inst->run();
-  Outcome r;
-  r.out = inst->fetch();
-  r.plan = inst->plan_summary();
-  ReferenceOptions ro;
-  ro.max_pairs = c.max_pairs;
-  ro.sample_seed = 5;
-  r.v = validate_output(b, r.out, compute_reference(b, reference_options_for(r.out, ro)), default_budget(b.spec.dtype));
-  return r;
+  return testing::run_and_validate(*make_flashinfer_backend(fo), make_case_batch(c), opts, c.max_pairs);
 }
 
 // The decode of every group through the tensor-core path (the prefill kernel), as an A/B switch.
@@ -84,11 +64,6 @@ struct ForceTensorCoreDecode {
   ~ForceTensorCoreDecode() { unsetenv("ATTN_FI_TENSOR_CORE_DECODE"); }
 };
 
-#define EXPECT_VALID(r)                                                                          \
-  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
-                          << " rel_l2 " << (r).v.rel_l2 << " x floor " << (r).v.err_over_floor             \
-                          << " lse_err " << (r).v.lse_max_abs_err << " unwritten " << (r).v.unwritten      \
-                          << " nan " << (r).v.nan_mismatches
 
 TEST(FlashInferGpu, DecodeCudaCoresGroups1To4) {
   ATTN_REQUIRE_CUDA_DEVICE();

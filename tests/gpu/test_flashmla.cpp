@@ -59,37 +59,12 @@ Batch make(const AttentionSpec& spec, std::vector<RequestShape> requests, uint64
   return make_batch(spec, shape, seed);
 }
 
-struct Outcome {
-  AttentionOutput out;
-  ValidationResult v;
-  std::string plan;
-};
+using testing::Outcome;
 
 // Create, plan, poison, run, fetch; validated on max_pairs sampled (request, head) pairs (0 = all).
 Outcome run_case(const Batch& b, int64_t max_pairs = 0, const FlashMlaOptions& options = {}) {
-  const CommonAttentionMetadata m = build_common_metadata(b);
-  const auto backend = make_flashmla_backend(options);
-  const Support sup = backend->supports(b.spec, b);
-  EXPECT_TRUE(sup.ok) << sup.reason;
-  auto inst = backend->create(b, m, RunOptions{});
-  inst->plan();
-  inst->poison();
-  inst->run();
-  Outcome r;
-  r.out = inst->fetch();
-  r.plan = inst->plan_summary();
-  ReferenceOptions ro;
-  ro.max_pairs = max_pairs;
-  ro.sample_seed = 5;
-  const ReferenceResult ref = compute_reference(b, reference_options_for(r.out, ro));
-  r.v = validate_output(b, r.out, ref, default_budget(b.spec.dtype));
-  return r;
+  return testing::run_and_validate(*make_flashmla_backend(options), b, RunOptions{}, max_pairs);
 }
-
-#define EXPECT_VALID(r)                                                                          \
-  EXPECT_TRUE((r).v.pass) << (r).v.failure << " | plan: " << (r).plan << " | max_abs " << (r).v.max_abs_err \
-                          << " rel_l2 " << (r).v.rel_l2 << " lse_err " << (r).v.lse_max_abs_err         \
-                          << " unwritten " << (r).v.unwritten << " nan " << (r).v.nan_mismatches
 
 std::vector<RequestShape> repeat(int n, int context, int q_len) { return std::vector<RequestShape>(n, {context, q_len}); }
 

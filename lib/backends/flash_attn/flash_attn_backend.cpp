@@ -7,6 +7,8 @@
 #include <string>
 #include <limits>
 
+#include "backends/device_output.hpp"
+#include "backends/mha_step.hpp"
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/device.hpp"
 #include "core/device_upload.hpp"
@@ -32,35 +34,18 @@ class FlashAttnInstance final : public BackendInstance {
     const int D = s.head_size_qk;
 
     // Caches, one per layer: NaN everywhere, then the context tokens (bit-identical to
-    // Batch::k()/v()).
-    layout_ = make_cache_layout(b, CacheFormat::flash_attn);
-    view_ = cache_view(layout_);
-    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
-                          opts.nan_keys);
-
-    q_ = upload_token_values(b, s.num_q_heads, D, s.dtype,
-                             [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); });
-    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype, [&](int r, int pos, int h, int d) {
-      return nan_in_input(opts.nan_keys, r, pos, h) ? std::numeric_limits<float>::quiet_NaN() : b.k_input(r, pos, h, d);
-    });
-    v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
-                                 [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
-    nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));
-    launch_fill_nan(nan_kv_.data(), std::max<int64_t>(T, 1) * s.num_kv_heads * D, s.dtype, stream_);
+    // Batch::k()/v()); the step's inputs and outputs.
+    step_ = MhaStepBuffers(b, m, CacheFormat::flash_attn, opts, stream_);
 
     block_table_ = upload_vector(m.block_table);
     seq_lens_ = upload_vector(m.seq_lens);
     query_start_loc_ = upload_vector(m.query_start_loc);
-    slot_mapping_ = upload_vector(m.slot_mapping);
     if (s.kv_fp8()) {
       k_descale_ = upload_vector(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.k_scale));
       v_descale_ = upload_vector(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.v_scale));
     }
     if (!b.alibi.empty()) alibi_ = upload_vector(b.alibi);
     if (!b.sinks.empty()) sinks_ = upload_vector(b.sinks);
-
-    o_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * D * dtype_size(s.dtype));
-    lse_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_q_heads * sizeof(float));
 
     // The schedule decides the workspace; plan() recomputes the same schedule later.
     schedule_ = plan_flash_attn(b, m, opts, num_sms_, stream_share_);
@@ -89,13 +74,13 @@ class FlashAttnInstance final : public BackendInstance {
   // Every layer in turn: its cache write, its passes, its merge (each layer's output is the
   // batch's; the last one's is what fetch() reads).
   void run() override {
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer();
     layer_ = 0;
   }
 
   void run_layer() {
     const AttentionSpec& s = batch_.spec;
-    write_cache(k_new_.data(), v_new_.data());
+    write_cache(step_.k_new.data(), step_.v_new.data());
 
     FlashAttnParams p = base_params();
     if (schedule_.cascade) {
@@ -127,18 +112,15 @@ class FlashAttnInstance final : public BackendInstance {
     launch_flash_attn_fwd(p, config_, schedule_.main.tiling, stream_);
     if (schedule_.num_partials() > 0) {
       const MergeAttnParams mp =
-          merge_params(o_partial_.as<float>(), lse_partial_.as<float>(), o_.data(), lse_.as<float>(),
+          merge_params(o_partial_.as<float>(), lse_partial_.as<float>(), step_.o.data(), step_.lse.as<float>(),
                        schedule_.num_partials(), static_cast<int>(batch_.num_tokens()), s.num_q_heads, s.head_size_v);
       launch_merge_attn_states(mp, s.dtype, stream_);
     }
   }
 
   void poison() override {
-    const AttentionSpec& s = batch_.spec;
-    const int64_t T = batch_.num_tokens();
-    launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
-    launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_kv_.data(), nan_kv_.data());
+    step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_);
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) write_cache(step_.nan_kv.data(), step_.nan_kv.data());
     layer_ = 0;
   }
 
@@ -147,17 +129,8 @@ class FlashAttnInstance final : public BackendInstance {
   AttentionOutput fetch() override {
     const AttentionSpec& s = batch_.spec;
     stream_.synchronize();
-    AttentionOutput out;
-    out.num_tokens = batch_.num_tokens();
-    out.num_heads = s.num_q_heads;
-    out.head_size_v = s.head_size_v;
-    const std::size_t n = static_cast<std::size_t>(out.num_tokens) * s.num_q_heads * s.head_size_v;
-    std::vector<uint8_t> raw(n * dtype_size(s.dtype));
-    if (n) o_.download(raw.data(), raw.size());
-    out.o.resize(n);
-    for (std::size_t i = 0; i < n; ++i) out.o[i] = load_as(s.dtype, raw.data(), i);
-    out.lse.resize(static_cast<std::size_t>(out.num_tokens) * s.num_q_heads);
-    if (!out.lse.empty()) lse_.download(out.lse.data(), out.lse.size() * sizeof(float));
+    AttentionOutput out =
+        download_output(step_.o, step_.lse, s.dtype, batch_.num_tokens(), s.num_q_heads, s.head_size_v);
     // The fp8 tensor-core path rounds P to e4m3 before P V (its own budget, DESIGN.md).
     if (fp8_mma()) out.coarse_roundings.push_back(DType::fp8_e4m3);
     return out;
@@ -191,8 +164,8 @@ class FlashAttnInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_),
-                                                  slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, step_.view, step_.caches.data(layer_),
+                                                  step_.slot_mapping.as<int64_t>(), k, v);
     // Both kernels overlap the write (they start at once and wait for it before their new keys).
     // The sm_90a kernel needs whole SMs, so a small step's write is packed onto few of them; the
     // mma.sync decode tiling shares SMs with the write's CTAs and keeps a CTA per token.
@@ -205,9 +178,9 @@ class FlashAttnInstance final : public BackendInstance {
   FlashAttnParams base_params() const {
     const AttentionSpec& s = batch_.spec;
     FlashAttnParams p{};
-    p.q = q_.data();
-    p.k_cache = caches_.as<uint8_t>(layer_) + view_.k_offset * dtype_size(s.kv_cache_dtype);
-    p.v_cache = caches_.as<uint8_t>(layer_) + view_.v_offset * dtype_size(s.kv_cache_dtype);
+    p.q = step_.q.data();
+    p.k_cache = step_.caches.as<uint8_t>(layer_) + step_.view.k_offset * dtype_size(s.kv_cache_dtype);
+    p.v_cache = step_.caches.as<uint8_t>(layer_) + step_.view.v_offset * dtype_size(s.kv_cache_dtype);
     p.block_table = block_table_.as<int32_t>();
     p.seq_lens = seq_lens_.as<int32_t>();
     p.query_start_loc = query_start_loc_.as<int32_t>();
@@ -216,8 +189,8 @@ class FlashAttnInstance final : public BackendInstance {
     p.v_descale = s.kv_fp8() ? v_descale_.as<float>() : nullptr;
     p.alibi_slopes = alibi_.empty() ? nullptr : alibi_.as<float>();
     p.sinks = sinks_.empty() ? nullptr : sinks_.as<float>();
-    p.o = o_.data();
-    p.lse = lse_.as<float>();
+    p.o = step_.o.data();
+    p.lse = step_.lse.as<float>();
     p.lse_token_stride = s.num_q_heads;
     p.lse_head_stride = 1;
     p.o_partial = o_partial_.empty() ? nullptr : o_partial_.as<float>();
@@ -239,9 +212,9 @@ class FlashAttnInstance final : public BackendInstance {
     p.work_ctas = schedule_.main.work_ctas;
     p.mean_item_key_tiles = main_item_tiles_;
     p.rows_from_end = schedule_.main.rows_from_end ? 1 : 0;
-    p.kv_block_stride = view_.k.block;
-    p.kv_token_stride = view_.k.slot;
-    p.kv_head_stride = view_.k.head;
+    p.kv_block_stride = step_.view.k.block;
+    p.kv_token_stride = step_.view.k.slot;
+    p.kv_head_stride = step_.view.k.head;
     p.softmax_scale = s.scale;
     p.softcap = s.logits_soft_cap;
     p.causal = meta_.causal ? 1 : 0;
@@ -261,24 +234,16 @@ class FlashAttnInstance final : public BackendInstance {
   int num_sms_ = 0;
   double stream_share_ = kH100StreamShare;  // flash_attn_stream_share of the device
   Stream stream_;
-  KvCacheLayout layout_;
-  CacheView view_;
   FlashAttnSchedule schedule_;
   int main_item_tiles_ = 0, prefix_item_tiles_ = 0;  // mean_item_key_tiles of the schedule's passes
   std::vector<int32_t> prefix_host_;
-  LayerCaches caches_;            // [num_layers] (2, num_blocks, block_size, Hkv, D) cache dtype
+  MhaStepBuffers step_;           // caches, Q/K/V, O and LSE (batch order)
   int layer_ = 0;                 // the layer run() / poison() is at
-  DeviceBuffer q_;                // [num_tokens, Hq, D] model dtype
-  DeviceBuffer k_new_, v_new_;    // [num_tokens, Hkv, D] model dtype
-  DeviceBuffer nan_kv_;           // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots
   DeviceBuffer block_table_;      // [num_reqs, max_blocks_per_req]
   DeviceBuffer seq_lens_;         // [num_reqs]
   DeviceBuffer query_start_loc_;  // [num_reqs + 1]
-  DeviceBuffer slot_mapping_;     // [num_tokens] int64
   DeviceBuffer k_descale_, v_descale_;  // [num_reqs, Hkv] fp8 only
   DeviceBuffer alibi_, sinks_;    // [Hq]
-  DeviceBuffer o_;                // [num_tokens, Hq, D] model dtype
-  DeviceBuffer lse_;              // [num_tokens, Hq] float
   DeviceBuffer o_partial_;        // [num_partials, num_tokens, Hq, D] float
   DeviceBuffer lse_partial_;      // [num_partials, num_tokens, Hq] float
   DeviceBuffer tiles_;            // [num_tiles, 2] main / suffix pass

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "backends/device_output.hpp"
+#include "backends/mha_step.hpp"
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "backends/flashinfer/fi_plan.hpp"
 #include "core/device.hpp"
@@ -128,25 +130,10 @@ class FlashInferInstance final : public BackendInstance {
     for (int r : order)
       for (int i = 0; i < m.query_len(r); ++i) token_of_.push_back(m.query_start_loc[static_cast<std::size_t>(r)] + i);
 
-    layout_ = make_cache_layout(b, CacheFormat::flashinfer);
-    view_ = cache_view(layout_);
-    caches_ = LayerCaches(b, layout_, opts.num_layers, stream_, opts.nan_all_but_last_layer,
-                          opts.nan_keys);  // one per layer
-
-    q_ = upload_token_values(b, s.num_q_heads, D, s.dtype, [&](int r, int pos, int h, int d) { return b.q(r, pos, h, d); },
-                             token_of_);
-    k_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype, [&](int r, int pos, int h, int d) {
-      return nan_in_input(opts.nan_keys, r, pos, h) ? std::numeric_limits<float>::quiet_NaN() : b.k_input(r, pos, h, d);
-    });
-    v_new_ = upload_token_values(b, s.num_kv_heads, D, s.dtype,
-                                 [&](int r, int pos, int h, int d) { return b.v_input(r, pos, h, d); });
-    nan_kv_ = DeviceBuffer(std::max<int64_t>(T, 1) * s.num_kv_heads * D * dtype_size(s.dtype));
-    launch_fill_nan(nan_kv_.data(), std::max<int64_t>(T, 1) * s.num_kv_heads * D, s.dtype, stream_);
-    slot_mapping_ = upload_vector(m.slot_mapping);
+    // Caches, one per layer; Q and O in internal order, K and V in the batch's (the slot mapping's).
+    step_ = MhaStepBuffers(b, m, CacheFormat::flashinfer, opts, stream_, token_of_);
 
     const int64_t rows = std::max<int64_t>(T, 1) * s.num_q_heads;
-    o_ = DeviceBuffer(rows * D * dtype_size(s.dtype));
-    lse_ = DeviceBuffer(rows * sizeof(float));
 
     max_grid_ = fi_decode_blocks_per_sm(config_) * num_sms_;
     plan_passes();  // sizes the workspaces; plan() recomputes the same schedule later
@@ -170,7 +157,7 @@ class FlashInferInstance final : public BackendInstance {
   // Every layer in turn over its own cache, on the one plan (each layer's output is the batch's;
   // the last one's is what fetch() reads).
   void run() override {
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer();
     layer_ = 0;
   }
 
@@ -178,25 +165,22 @@ class FlashInferInstance final : public BackendInstance {
     const AttentionSpec& s = batch_.spec;
     // The layer's hyper-parameters must be the planned ones (infer_global_hyperparameters).
     flashinfer::check_hyperparameters(hyper_, flashinfer::hyperparameters_of(s));
-    write_cache(k_new_.data(), v_new_.data());
+    write_cache(step_.k_new.data(), step_.v_new.data());
     for (const Pass& p : passes_) run_pass(p);
     if (cascade_.use) {
       // O = merge(level 0: the shared prefix, in one slot per kv split; level 1: each request's own
       // pages, the last slot), base 2.
-      MergeAttnParams mp = merge_params(slot_o_.as<float>(), slot_lse_.as<float>(), o_.data(), lse_.as<float>(),
-                                        cascade_slots_, static_cast<int>(batch_.num_tokens()), s.num_q_heads,
-                                        s.head_size_v);
+      MergeAttnParams mp =
+          merge_params(slot_o_.as<float>(), slot_lse_.as<float>(), step_.o.data(), step_.lse.as<float>(),
+                       cascade_slots_, static_cast<int>(batch_.num_tokens()), s.num_q_heads, s.head_size_v);
       mp.lse_base2 = 1;
       launch_merge_attn_states(mp, s.dtype, stream_);
     }
   }
 
   void poison() override {
-    const AttentionSpec& s = batch_.spec;
-    const int64_t T = batch_.num_tokens();
-    launch_fill_nan(o_.data(), T * s.num_q_heads * s.head_size_v, s.dtype, stream_);
-    launch_fill_nan(lse_.data(), T * s.num_q_heads, DType::f32, stream_);
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_kv_.data(), nan_kv_.data());
+    step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_);
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) write_cache(step_.nan_kv.data(), step_.nan_kv.data());
     layer_ = 0;
   }
 
@@ -205,27 +189,9 @@ class FlashInferInstance final : public BackendInstance {
   AttentionOutput fetch() override {
     const AttentionSpec& s = batch_.spec;
     stream_.synchronize();
-    AttentionOutput out;
-    out.num_tokens = batch_.num_tokens();
-    out.num_heads = s.num_q_heads;
-    out.head_size_v = s.head_size_v;
-    const int H = s.num_q_heads, D = s.head_size_v;
-    const std::size_t n = static_cast<std::size_t>(out.num_tokens) * H * D;
-    std::vector<uint8_t> raw(n * dtype_size(s.dtype));
-    if (n) o_.download(raw.data(), raw.size());
-    std::vector<float> lse2(static_cast<std::size_t>(out.num_tokens) * H);
-    if (!lse2.empty()) lse_.download(lse2.data(), lse2.size() * sizeof(float));
-    out.o.resize(n);
-    out.lse.resize(lse2.size());
     // Internal rows back to batch order; FlashInfer's base-2 LSE to the natural log.
-    for (std::size_t i = 0; i < token_of_.size(); ++i) {
-      const std::size_t t = static_cast<std::size_t>(token_of_[i]);
-      for (int h = 0; h < H; ++h) {
-        out.lse[t * H + h] = lse2[i * H + h] * kLn2;
-        for (int d = 0; d < D; ++d)
-          out.o[(t * H + h) * D + d] = load_as(s.dtype, raw.data(), (i * H + h) * D + d);
-      }
-    }
+    AttentionOutput out = download_output(step_.o, step_.lse, s.dtype, batch_.num_tokens(), s.num_q_heads,
+                                          s.head_size_v, token_of_, kLn2);
     return out;
   }
 
@@ -431,18 +397,18 @@ class FlashInferInstance final : public BackendInstance {
     if (pass.sm90) return run_sm90_pass(pass);
 
     FiAttentionParams p{};
-    p.q = q_.as<uint8_t>() + static_cast<std::size_t>(pass.token_begin) * H * D * es;
+    p.q = step_.q.as<uint8_t>() + static_cast<std::size_t>(pass.token_begin) * H * D * es;
     p.qo_indptr = pass.qo_indptr_d.as<int32_t>();
-    p.kv.k = caches_.as<uint8_t>(layer_) + view_.k_offset * kv_es;
-    p.kv.v = caches_.as<uint8_t>(layer_) + view_.v_offset * kv_es;
+    p.kv.k = step_.caches.as<uint8_t>(layer_) + step_.view.k_offset * kv_es;
+    p.kv.v = step_.caches.as<uint8_t>(layer_) + step_.view.v_offset * kv_es;
     p.kv.indptr = pass.indptr_d.as<int32_t>();
     p.kv.indices = pass.indices_d.as<int32_t>();
     p.kv.last_page_len = pass.last_page_len_d.as<int32_t>();
     p.kv.page_size = s.block_size;
     p.kv.page_size_div = FastDivU32(static_cast<uint32_t>(s.block_size));
-    p.kv.page_stride = view_.k.block;
-    p.kv.head_stride = view_.k.head;
-    p.kv.slot_stride = view_.k.slot;
+    p.kv.page_stride = step_.view.k.block;
+    p.kv.head_stride = step_.view.k.head;
+    p.kv.slot_stride = step_.view.k.slot;
     p.request_indices = pass.request_d.as<int32_t>();
     p.qo_tile_indices = pass.cuda_core_decode ? nullptr : pass.qo_tile_d.as<int32_t>();
     p.kv_tile_indices = pass.kv_tile_d.as<int32_t>();
@@ -451,8 +417,8 @@ class FlashInferInstance final : public BackendInstance {
     p.num_work = pass.scalars_d.as<int32_t>() + 1;
     const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
     if (pass.slot < 0) {
-      p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
-      p.lse = lse_.as<float>() + row0;
+      p.o = step_.o.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+      p.lse = step_.lse.as<float>() + row0;
       p.o_is_f32 = 0;
     } else {
       p.o = slot_o_.as<float>() + (pass.slot * T * H + row0) * D;
@@ -494,9 +460,9 @@ class FlashInferInstance final : public BackendInstance {
     const std::size_t es = dtype_size(s.dtype), kv_es = dtype_size(s.kv_cache_dtype);
     const int64_t row0 = static_cast<int64_t>(pass.token_begin) * H;
     FlashAttnParams p{};
-    p.q = q_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
-    p.k_cache = caches_.as<uint8_t>(layer_) + view_.k_offset * kv_es;
-    p.v_cache = caches_.as<uint8_t>(layer_) + view_.v_offset * kv_es;
+    p.q = step_.q.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+    p.k_cache = step_.caches.as<uint8_t>(layer_) + step_.view.k_offset * kv_es;
+    p.v_cache = step_.caches.as<uint8_t>(layer_) + step_.view.v_offset * kv_es;
     if (s.kv_fp8()) {
       p.k_descale = pass.descales_d.as<float>();
       p.v_descale = p.k_descale + pass.kv_lens.size() * static_cast<std::size_t>(s.num_kv_heads);
@@ -512,8 +478,8 @@ class FlashInferInstance final : public BackendInstance {
     p.work_ctas = pass.work_ctas;
     p.mean_item_key_tiles = pass.mean_item_key_tiles;
     p.rows_from_end = pass.rows_from_end ? 1 : 0;
-    p.o = o_.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
-    p.lse = lse_.as<float>() + row0;
+    p.o = step_.o.as<uint8_t>() + static_cast<std::size_t>(row0) * D * es;
+    p.lse = step_.lse.as<float>() + row0;
     p.lse_token_stride = H;
     p.lse_head_stride = 1;
     p.lse_base2 = 1;  // FlashInfer keeps LSEs in log2 units
@@ -531,9 +497,9 @@ class FlashInferInstance final : public BackendInstance {
     p.block_size = s.block_size;
     p.num_tiles = pass.num_work;
     p.num_splits = pass.num_slots;
-    p.kv_block_stride = view_.k.block;
-    p.kv_token_stride = view_.k.slot;
-    p.kv_head_stride = view_.k.head;
+    p.kv_block_stride = step_.view.k.block;
+    p.kv_token_stride = step_.view.k.slot;
+    p.kv_head_stride = step_.view.k.head;
     p.softmax_scale = hyper_.sm_scale;
     p.softcap = hyper_.logits_soft_cap;
     p.causal = pass.causal ? 1 : 0;
@@ -542,8 +508,8 @@ class FlashInferInstance final : public BackendInstance {
   }
 
   void write_cache(const void* k, const void* v) {
-    ReshapeAndCacheParams rc = cache_write_params(batch_, view_, caches_.data(layer_),
-                                                  slot_mapping_.as<int64_t>(), k, v);
+    ReshapeAndCacheParams rc = cache_write_params(batch_, step_.view, step_.caches.data(layer_),
+                                                  step_.slot_mapping.as<int64_t>(), k, v);
     // The CUDA-core decode and the sm_90a kernel overlap the write (they start at once and wait
     // for it before their new keys) when theirs is the first pass that runs.
     const auto first = std::find_if(passes_.begin(), passes_.end(), [](const Pass& p) { return p.num_tokens > 0; });
@@ -562,20 +528,13 @@ class FlashInferInstance final : public BackendInstance {
   int num_sms_ = 0;
   int max_grid_ = 0;
   Stream stream_;
-  KvCacheLayout layout_;
-  CacheView view_;
   CascadeChoice cascade_;
   std::vector<Pass> passes_;
   std::vector<int64_t> token_of_;  // [num_tokens] batch token of each internal row
   int layer_ = 0;                  // the layer run() / poison() is at
-  // [num_layers] each (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size, D) HND
-  LayerCaches caches_;
-  DeviceBuffer q_;                 // [num_tokens, Hq, D] model dtype, internal order
-  DeviceBuffer k_new_, v_new_;     // [num_tokens, Hkv, D] model dtype, batch order
-  DeviceBuffer nan_kv_;            // [num_tokens, Hkv, D] NaN: poison() writes it into the new slots
-  DeviceBuffer slot_mapping_;      // [num_tokens] int64, batch order
-  DeviceBuffer o_;                 // [num_tokens, Hq, D] model dtype, internal order
-  DeviceBuffer lse_;               // [num_tokens, Hq] base 2, internal order
+  // Caches [num_layers], each (num_pages, 2, page_size, Hkv, D) NHD or (num_pages, 2, Hkv, page_size,
+  // D) HND; Q, O and LSE (base 2) in internal order, K, V and the slot mapping in the batch's.
+  MhaStepBuffers step_;
   DeviceBuffer tmp_o_, tmp_lse_;   // [partial rows, Hq, D] / [partial rows, Hq] fp32, base 2
   // cascade: [slots, num_tokens, Hq, D] / [slots, num_tokens, Hq] fp32, base 2: level 0's kv splits,
   // then level 1

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/device_output.hpp"
 #include "backends/flashmla/flashmla_prefill.hpp"
 #include "backends/flashmla/flashmla_util.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
@@ -230,29 +231,13 @@ class FlashMlaInstance final : public BackendInstance {
       throw RuntimeError("FLASHMLA kernel_only instance: run() skips W_UK/W_UV and produces no O (timing only)");
     const AttentionSpec& s = batch_.spec;
     stream_.synchronize();
-    AttentionOutput out;
-    out.num_tokens = batch_.num_tokens();
-    out.num_heads = s.num_q_heads;
-    out.head_size_v = s.head_size_v;
+    // Back to batch order.
+    AttentionOutput out =
+        download_output(o_, lse_, s.dtype, batch_.num_tokens(), s.num_q_heads, s.head_size_v, token_of_);
     // vLLM's data flow rounds one intermediate to the model dtype before O: the absorbed q_latent
     // (decode; o_latent stays fp32 here) or the up-projected K/V (prefill). The reference of that
     // flow includes the rounding.
     out.mla_flow_decode_q_len = mla_decode_query_len(batch_);
-    const int64_t row = int64_t{s.num_q_heads} * s.head_size_v;
-    const std::size_t n = static_cast<std::size_t>(out.num_tokens * row);
-    std::vector<uint8_t> raw(n * dtype_size(s.dtype));
-    if (n) o_.download(raw.data(), raw.size());
-    std::vector<float> lse(static_cast<std::size_t>(out.num_tokens) * s.num_q_heads);
-    if (!lse.empty()) lse_.download(lse.data(), lse.size() * sizeof(float));
-    // Back to batch order.
-    out.o.resize(n);
-    out.lse.resize(lse.size());
-    for (std::size_t t = 0; t < token_of_.size(); ++t) {
-      const int64_t dst = token_of_[t];
-      for (int64_t i = 0; i < row; ++i) out.o[static_cast<std::size_t>(dst * row + i)] = load_as(s.dtype, raw.data(), t * row + i);
-      for (int h = 0; h < s.num_q_heads; ++h)
-        out.lse[static_cast<std::size_t>(dst * s.num_q_heads + h)] = lse[t * s.num_q_heads + h];
-    }
     return out;
   }
 
