@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,19 @@ inline std::vector<RequestShape> short_prefill_rounds() {
 // balance_fixed_rounds). Validate them on a sample of (request, head) pairs: the whole reference is
 // ~70 GFLOP of float64.
 inline std::vector<RequestShape> l2_grouped_prefill() { return {{0, 3000}, {37, 2900}}; }
+
+// An MHA spec: hq query heads over hkv kv heads of size d, the cache in the model dtype, softmax
+// scale 1 / sqrt(d).
+inline AttentionSpec mha_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
+  AttentionSpec s;
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_size_qk = s.head_size_v = d;
+  s.dtype = s.kv_cache_dtype = dtype;
+  s.block_size = block_size;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return s;
+}
 
 // One backend's run of a batch, validated: what it wrote, the verdict and its plan.
 struct Outcome {

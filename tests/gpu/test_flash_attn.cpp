@@ -27,16 +27,7 @@
 namespace attn {
 namespace {
 
-AttentionSpec make_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
-  AttentionSpec s;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.head_size_qk = s.head_size_v = d;
-  s.dtype = s.kv_cache_dtype = dtype;
-  s.block_size = block_size;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return s;
-}
+using testing::mha_spec;
 
 struct Case {
   AttentionSpec spec;
@@ -51,7 +42,7 @@ struct Case {
 // A soft cap of 5, sinks and a 90-token window on 16 q / 2 kv heads of size d (G = 8): every
 // score-path feature at once, on the given requests.
 Case softcap_sinks_window(int d, std::vector<RequestShape> requests) {
-  Case s{make_spec(16, 2, d)};
+  Case s{mha_spec(16, 2, d)};
   s.spec.logits_soft_cap = 5.0f;
   s.spec.sinks = true;
   s.spec.sliding_window = 90;
@@ -79,7 +70,7 @@ Outcome run_case(const Case& c) {
 
 TEST(FlashAttnGpu, DecodeGqa4Bf16) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{37, 1}, {700, 1}, {15, 1}, {256, 1}, {1023, 1}, {1, 1}, {480, 1}, {64, 1}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -91,7 +82,7 @@ TEST(FlashAttnGpu, DecodeGqa4Bf16) {
 
 TEST(FlashAttnGpu, MixedChunkedPrefillGqa7Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  Case c{mha_spec(28, 4, 128, DType::f16, 32)};
   c.requests = {{0, 97}, {300, 1}, {150, 130}, {77, 1}, {0, 5}, {513, 1}, {40, 64}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -115,12 +106,12 @@ TEST(FlashAttnGpu, MixedStepClaimsItems) {
     bool two_ended;
   };
   std::vector<Step> steps(2);
-  steps[0].spec = make_spec(16, 4, 128);
+  steps[0].spec = mha_spec(16, 4, 128);
   for (int i = 0; i < 24; ++i) steps[0].requests.push_back({2000 + 13 * i, 1});
   steps[0].requests.push_back({256, 256});
   steps[0].requests.push_back({256, 256});
   steps[0].two_ended = false;
-  steps[1].spec = make_spec(32, 8, 128);
+  steps[1].spec = mha_spec(32, 8, 128);
   for (int i = 0; i < 24; ++i) steps[1].requests.push_back({1150 + 7 * i, 1});
   steps[1].requests.push_back({0, 384});
   steps[1].two_ended = true;
@@ -157,7 +148,7 @@ TEST(FlashAttnGpu, LayersEachOverTheirOwnCache) {
   for (int i = 0; i < 12; ++i) mixed.requests.push_back({300 + 41 * i, 1});
   mixed.requests.push_back({260, 200});
   mixed.block_allocation = BlockAllocation::shuffled;
-  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(make_spec(32, 8, 128), mixed, 7), 3);
+  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), mixed, 7), 3);
   BatchShape shared;
   shared.label = "test";
   shared.requests = {{700, 1}, {650, 3}, {900, 1}};
@@ -165,12 +156,12 @@ TEST(FlashAttnGpu, LayersEachOverTheirOwnCache) {
   shared.block_allocation = BlockAllocation::shuffled;
   RunOptions cascade;
   cascade.cascade = CascadeMode::on;
-  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(make_spec(16, 4, 128), shared, 7), 2, cascade);
+  testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(mha_spec(16, 4, 128), shared, 7), 2, cascade);
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(10, 2, 128)};
+  Case c{mha_spec(10, 2, 128)};
   c.spec.sliding_window = 40;
   c.requests = {{150, 100}, {90, 1}, {0, 77}, {333, 3}};
   EXPECT_VALID(run_case(c));
@@ -178,7 +169,7 @@ TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
 
 TEST(FlashAttnGpu, SoftCapAndSinks) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(16, 2, 128)};
+  Case c{mha_spec(16, 2, 128)};
   c.spec.logits_soft_cap = 5.0f;
   c.spec.sinks = true;
   c.requests = {{200, 33}, {64, 1}, {0, 48}, {1000, 1}};
@@ -187,7 +178,7 @@ TEST(FlashAttnGpu, SoftCapAndSinks) {
 
 TEST(FlashAttnGpu, Alibi) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(12, 12, 128, DType::f16)};
+  Case c{mha_spec(12, 12, 128, DType::f16)};
   c.spec.alibi = true;
   c.requests = {{100, 20}, {31, 1}, {0, 70}};
   EXPECT_VALID(run_case(c));
@@ -195,7 +186,7 @@ TEST(FlashAttnGpu, Alibi) {
 
 TEST(FlashAttnGpu, Fp8E4m3NonUnitScales) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.spec.kv_cache_dtype = DType::fp8_e4m3;
   c.spec.k_scale = 0.0125f;
   c.spec.v_scale = 0.02f;
@@ -205,7 +196,7 @@ TEST(FlashAttnGpu, Fp8E4m3NonUnitScales) {
 
 TEST(FlashAttnGpu, Fp8E5m2NonUnitScalesFp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 8, 128, DType::f16)};
+  Case c{mha_spec(8, 8, 128, DType::f16)};
   c.spec.kv_cache_dtype = DType::fp8_e5m2;
   c.spec.k_scale = 2.5f;
   c.spec.v_scale = 0.375f;
@@ -215,7 +206,7 @@ TEST(FlashAttnGpu, Fp8E5m2NonUnitScalesFp16) {
 
 TEST(FlashAttnGpu, NonCausalEncoder) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 2, 128)};
+  Case c{mha_spec(8, 2, 128)};
   c.spec.attn_type = AttentionType::encoder_only;
   c.requests = {{0, 70}, {0, 3}, {0, 129}};
   EXPECT_VALID(run_case(c));
@@ -223,7 +214,7 @@ TEST(FlashAttnGpu, NonCausalEncoder) {
 
 TEST(FlashAttnGpu, LocalAttentionChunks) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 2, 128)};
+  Case c{mha_spec(8, 2, 128)};
   c.local_attention_chunk = 64;
   c.requests = {{50, 100}, {130, 1}, {0, 200}};
   EXPECT_VALID(run_case(c));
@@ -231,7 +222,7 @@ TEST(FlashAttnGpu, LocalAttentionChunks) {
 
 TEST(FlashAttnGpu, SplitKvForFewLongDecodes) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 1, 128)};
+  Case c{mha_spec(8, 1, 128)};
   c.spec.sinks = true;  // counted once across splits
   c.requests = {{3000, 1}, {1777, 1}};
   const Outcome r = run_case(c);
@@ -253,20 +244,20 @@ TEST(FlashAttnGpu, SplitKvMergedInClusters) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const char* env = std::getenv("ATTN_FA_CLUSTER_MERGE");
   const bool expected = attn::testing::sm90_device() && (env == nullptr || std::string(env) != "0");
-  Case two{make_spec(32, 8, 128)};
+  Case two{mha_spec(32, 8, 128)};
   two.spec.sinks = true;
   for (int i = 0; i < 16; ++i) two.requests.push_back({4000 - 61 * i, 2});
-  Case empty_splits{make_spec(8, 1, 128)};  // 600 keys: 2 splits; 20 keys: the second one empty
+  Case empty_splits{mha_spec(8, 1, 128)};  // 600 keys: 2 splits; 20 keys: the second one empty
   empty_splits.spec.sinks = true;
   empty_splits.requests = {{600, 1}, {20, 1}, {0, 1}};
-  Case four{make_spec(8, 1, 128)};  // 1100 keys: 4 splits
+  Case four{mha_spec(8, 1, 128)};  // 1100 keys: 4 splits
   four.spec.sinks = true;
   four.requests = {{1100, 1}, {700, 1}, {30, 1}};
-  Case hd64{make_spec(8, 2, 64, DType::f16)};
+  Case hd64{mha_spec(8, 2, 64, DType::f16)};
   hd64.requests = {{520, 1}, {300, 1}};
-  Case hd96{make_spec(8, 2, 96)};  // head size 96, whose decode tiling clusters too
+  Case hd96{mha_spec(8, 2, 96)};  // head size 96, whose decode tiling clusters too
   hd96.requests = {{520, 2}, {300, 1}};
-  Case fp8{make_spec(16, 4, 128)};
+  Case fp8{mha_spec(16, 4, 128)};
   fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
   fp8.spec.k_scale = 0.0125f;
   fp8.spec.v_scale = 0.02f;
@@ -294,13 +285,13 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   auto expect_split = [](const std::string& plan) {
     EXPECT_EQ(plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << plan;
   };
-  Case four{make_spec(8, 1, 128)};
+  Case four{mha_spec(8, 1, 128)};
   four.requests = {{1100, 1}, {700, 1}, {30, 1}};
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(four), {0, 600, 0}));
-  Case two{make_spec(32, 8, 128)};
+  Case two{mha_spec(32, 8, 128)};
   for (int i = 0; i < 16; ++i) two.requests.push_back({4000 - 61 * i, 2});
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(two), {3, 2500, 5}));
-  Case fp8{make_spec(16, 4, 128)};
+  Case fp8{mha_spec(16, 4, 128)};
   fp8.spec.kv_cache_dtype = DType::fp8_e4m3;
   fp8.spec.k_scale = 0.0125f;
   fp8.spec.v_scale = 0.02f;
@@ -308,13 +299,13 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
   const Batch fb = make_case_batch(fp8);
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, fb, {1, 450, 3}));
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, fb, {1, 901, 3}));  // new, quantized by the write
-  Case prefill{make_spec(8, 1, 128)};
+  Case prefill{mha_spec(8, 1, 128)};
   prefill.requests = {{8000, 128}, {500, 64}};
   expect_split(testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(prefill), {0, 5000, 0}));
-  Case fresh{make_spec(8, 1, 128)};
+  Case fresh{mha_spec(8, 1, 128)};
   fresh.requests = {{0, 300}, {0, 129}};
   testing::expect_nan_key_reaches_its_rows(*backend, make_case_batch(fresh), {0, 150, 0});
-  Case cascade{make_spec(16, 4, 128)};
+  Case cascade{mha_spec(16, 4, 128)};
   cascade.shared_prefix_len = 512;
   for (int i = 0; i < 12; ++i) cascade.requests.push_back({512 + 37 * i, 1});
   cascade.requests.push_back({600, 45});
@@ -329,7 +320,7 @@ TEST(FlashAttnGpu, NanKeyReachesEveryRowThatAttendsIt) {
 
 TEST(FlashAttnGpu, CascadeMatchesNonCascade) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(16, 4, 128)};
+  Case c{mha_spec(16, 4, 128)};
   c.spec.sinks = true;
   c.spec.logits_soft_cap = 30.0f;
   c.shared_prefix_len = 512;
@@ -350,7 +341,7 @@ TEST(FlashAttnGpu, CascadeMatchesNonCascade) {
 
 TEST(FlashAttnGpu, CudaGraphReplay) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  const AttentionSpec spec = make_spec(32, 8, 128);
+  const AttentionSpec spec = mha_spec(32, 8, 128);
   BatchShape shape;
   shape.requests = {{300, 1}, {0, 60}, {1000, 1}};
   const Batch b = make_batch(spec, shape, 11);
@@ -367,7 +358,7 @@ TEST(FlashAttnGpu, CudaGraphReplay) {
 TEST(FlashAttnGpu, OtherHeadSizes) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int d : {64, 96, 256}) {
-    Case c{make_spec(8, 2, d, d == 96 ? DType::f16 : DType::bf16)};
+    Case c{mha_spec(8, 2, d, d == 96 ? DType::f16 : DType::bf16)};
     c.requests = {{120, 1}, {33, 70}, {0, 1}};
     const auto backend = make_flash_attn_backend();
     BatchShape shape;
@@ -393,7 +384,7 @@ struct CacheVariant {
 
 // hq / hkv heads of variant v; an fp8 cache gets non-unit scales (k 0.05, v 0.03).
 Case variant_case(const CacheVariant& v, int hq, int hkv) {
-  Case c{make_spec(hq, hkv, v.d, v.dtype, v.block_size)};
+  Case c{mha_spec(hq, hkv, v.d, v.dtype, v.block_size)};
   c.spec.kv_cache_dtype = v.kv;
   if (is_fp8(v.kv)) {
     c.spec.k_scale = 0.05f;
@@ -460,10 +451,10 @@ TEST(FlashAttnSm90, Selected) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const bool sm90 = sm90_expected();
   const std::vector<RequestShape> prefill = {{0, 97}, {150, 130}};
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), prefill), sm90);
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128, DType::f16), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 8, 128), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 8, 128, DType::f16), prefill), sm90);
   // An fp8 cache too (widened to fp16 by the producer).
-  AttentionSpec fp8 = make_spec(32, 8, 128);
+  AttentionSpec fp8 = mha_spec(32, 8, 128);
   fp8.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8, prefill), sm90);
   // Mixed batches over a 16-bit cache: on it too unless ATTN_FA_SM90_DECODE=0 keeps them on
@@ -472,24 +463,24 @@ TEST(FlashAttnSm90, Selected) {
   const char* env = std::getenv("ATTN_FA_SM90_DECODE");
   const bool mixed = sm90 && (env == nullptr || std::string(env) != "0");
   const bool decodes = sm90 && env != nullptr && std::string(env) == "all";
-  EXPECT_EQ(flash_attn_sm90_passes(make_flash_attn_config(make_spec(32, 8, 128))),
+  EXPECT_EQ(flash_attn_sm90_passes(make_flash_attn_config(mha_spec(32, 8, 128))),
             !sm90 ? Sm90Passes::none : decodes ? Sm90Passes::all : mixed ? Sm90Passes::mixed : Sm90Passes::prefills);
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{100, 1}, {7, 1}}), decodes);
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 128), {{0, 97}, {300, 1}}), mixed);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 8, 128), {{100, 1}, {7, 1}}), decodes);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 8, 128), {{0, 97}, {300, 1}}), mixed);
   EXPECT_FALSE(pass_uses_sm90(fp8, {{0, 97}, {300, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 1}, {7, 1}}));
   EXPECT_FALSE(pass_uses_sm90(fp8, {{100, 2}, {7, 1}}));
-  AttentionSpec fp8_192 = make_spec(16, 16, 192);
+  AttentionSpec fp8_192 = mha_spec(16, 16, 192);
   fp8_192.kv_cache_dtype = DType::fp8_e4m3;
   EXPECT_EQ(pass_uses_sm90(fp8_192, prefill), sm90);
-  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 192), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(16, 16, 192), prefill), sm90);
 #if !defined(ATTN_QUICK_BUILD)
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 32, 64), prefill), sm90);
-  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), prefill), sm90);
-  EXPECT_EQ(pass_uses_sm90(make_spec(16, 16, 256), {{0, 97}, {300, 1}}), mixed);  // else mma.sync, 64-row tiles
-  EXPECT_EQ(pass_uses_sm90(make_spec(32, 8, 96), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 32, 64), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(16, 16, 256), prefill), sm90);
+  EXPECT_EQ(pass_uses_sm90(mha_spec(16, 16, 256), {{0, 97}, {300, 1}}), mixed);  // else mma.sync, 64-row tiles
+  EXPECT_EQ(pass_uses_sm90(mha_spec(32, 8, 96), prefill), sm90);
 #else
-  EXPECT_FALSE(pass_uses_sm90(make_spec(32, 8, 96), prefill));  // not compiled
+  EXPECT_FALSE(pass_uses_sm90(mha_spec(32, 8, 96), prefill));  // not compiled
 #endif
 }
 
@@ -503,7 +494,7 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
   // soft cap + sinks + a window.
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int d : {64, 96, 192, 256}) {
-    Case c{make_spec(28, 4, d, DType::f16, 32)};
+    Case c{mha_spec(28, 4, d, DType::f16, 32)};
     c.requests = {{0, 97}, {150, 130}, {0, 5}, {1000, 300}, {3, 19}};
     EXPECT_VALID(run_case(c)) << " (head size " << d << ")";
     EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << d << ")";
@@ -511,41 +502,41 @@ TEST(FlashAttnSm90, HeadSizes64To256) {
     EXPECT_VALID(run_case(s)) << " (head size " << d << ")";
   }
   // hd64: long causal MHA. hd256: splits, and a mixed batch that falls back to mma.sync.
-  Case l{make_spec(32, 32, 64)};
+  Case l{mha_spec(32, 32, 64)};
   l.requests = {{0, 1500}, {700, 600}};
   EXPECT_VALID(run_case(l));
   // hd64 at G = 1 (a negative row's token is negative), each query tiled from its end
   // (rows_from_end): 200 rows leave the first tile 8 of 192, 150 one partial tile of its own, and
   // split partials of the 3000-key queries carry the shifted rows too.
-  Case split64{make_spec(4, 4, 64)};
+  Case split64{mha_spec(4, 4, 64)};
   split64.requests = {{3000, 200}, {2000, 150}, {500, 400}};
   const Outcome r64 = run_case(split64);
   EXPECT_VALID(r64);
   EXPECT_EQ(r64.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r64.plan;
-  Case split{make_spec(8, 1, 256)};
+  Case split{mha_spec(8, 1, 256)};
   split.requests = {{3000, 12}, {1777, 5}};
   const Outcome r = run_case(split);
   EXPECT_VALID(r);
   EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
-  Case m{make_spec(16, 16, 256)};
+  Case m{mha_spec(16, 16, 256)};
   m.requests = {{0, 97}, {300, 1}, {40, 200}};
   EXPECT_VALID(run_case(m));
   // hd96: splits, 48-slot pages (boxes of 16 under the 128-key tile), a mixed batch with decodes
   // and an fp8 cache (codes widened into the padded tiles).
-  Case split96{make_spec(8, 1, 96)};
+  Case split96{mha_spec(8, 1, 96)};
   split96.requests = {{3000, 12}, {1777, 5}};
   const Outcome r96 = run_case(split96);
   EXPECT_VALID(r96);
   EXPECT_EQ(r96.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r96.plan;
-  Case pages96{make_spec(12, 4, 96, DType::bf16, 48)};
+  Case pages96{mha_spec(12, 4, 96, DType::bf16, 48)};
   pages96.requests = {{0, 200}, {333, 100}, {47, 49}};
   EXPECT_VALID(run_case(pages96));
   EXPECT_EQ(pass_uses_sm90(pages96.spec, pages96.requests), sm90_expected());
-  Case mixed96{make_spec(16, 4, 96, DType::f16)};
+  Case mixed96{mha_spec(16, 4, 96, DType::f16)};
   mixed96.requests = {{0, 97}, {300, 1}, {40, 200}, {1000, 2}};
   EXPECT_VALID(run_case(mixed96));
   for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    Case f96{make_spec(8, 2, 96)};
+    Case f96{mha_spec(8, 2, 96)};
     f96.spec.kv_cache_dtype = kv;
     f96.spec.k_scale = 0.05f;
     f96.spec.v_scale = 0.03f;
@@ -571,7 +562,7 @@ TEST(FlashAttnSm90, SpeculativeDecodes) {
 #endif
   for (const int d : sizes) {
     for (const int g : {4, 8}) {
-      Case c{make_spec(2 * g, 2, d, d == 96 ? DType::f16 : DType::bf16)};
+      Case c{mha_spec(2 * g, 2, d, d == 96 ? DType::f16 : DType::bf16)};
       c.requests = {{1500, 16 / g * 4}, {0, 5}, {333, 8}, {2047, 3 + g / 2}, {70, 128 / g}};
       const Outcome r = run_case(c);
       EXPECT_VALID(r) << " (head size " << d << ", G " << g << ")";
@@ -607,7 +598,7 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
   };
   for (const int d : sizes) {
     for (const int g : {1, 2, 4, 8}) {
-      Case c{make_spec(2 * g, 2, d, g == 2 ? DType::f16 : DType::bf16)};
+      Case c{mha_spec(2 * g, 2, d, g == 2 ? DType::f16 : DType::bf16)};
       // Tokens x G within 17..32 rows: the whole tile, its first row past 16, and between.
       const int most = 32 / g, least = 16 / g + 1;
       c.requests = {{1500, most}, {0, least}, {333, std::max(most - 1, least)}, {2047, least}, {70, (most + least) / 2}};
@@ -617,7 +608,7 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
       EXPECT_EQ(r.plan.find("splits=1 "), std::string::npos) << "expected a split schedule: " << r.plan;
     }
     // Many requests, no split: 24 x 8 kv heads = 192 CTAs.
-    Case many{make_spec(32, 8, d)};
+    Case many{mha_spec(32, 8, d)};
     for (int i = 0; i < 24; ++i) many.requests.push_back({300 + 77 * i, 5 + i % 4});
     many.max_pairs = 96;
     const Outcome rm = run_case(many);
@@ -627,7 +618,7 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
     const Outcome rs = run_case(s);
     EXPECT_VALID(rs) << " (head size " << d << ", soft cap, sinks, window)";
     expect_spec(s, rs);
-    Case a{make_spec(8, 2, d)};
+    Case a{mha_spec(8, 2, d)};
     a.spec.alibi = true;
     a.requests = {{500, 6}, {31, 8}};
     const Outcome ra = run_case(a);
@@ -637,7 +628,7 @@ TEST(FlashAttnGpu, SpecDecodeTiles) {
     // one-token decodes sharing it (24 packed rows against the prefix: the prefix pass on one spec
     // tile, non-causal, its splits merged with the suffix's partials).
     for (const int q : {6, 1}) {
-      Case cc{make_spec(16, 4, d)};
+      Case cc{mha_spec(16, 4, d)};
       cc.shared_prefix_len = 512;
       for (int i = 0; i < 6; ++i) cc.requests.push_back({512 + 53 * i, q});
       cc.cascade = CascadeMode::on;
@@ -662,7 +653,7 @@ TEST(FlashAttnSm90, BlockSizesNotDividingTheTile) {
   cases.push_back({256, 48});
 #endif
   for (const auto& [d, bs] : cases) {
-    Case c{make_spec(8, 2, d, DType::bf16, bs)};
+    Case c{mha_spec(8, 2, d, DType::bf16, bs)};
     c.requests = {{0, 700}, {333, 450}, {1000, 77}};
     EXPECT_VALID(run_case(c)) << " (head size " << d << ", block " << bs << ")";
     EXPECT_EQ(pass_uses_sm90(c.spec, c.requests), sm90_expected()) << " (head size " << d << ", block " << bs << ")";
@@ -674,7 +665,7 @@ TEST(FlashAttnSm90, BlockSizesNotDividingTheTile) {
 // every row written and right.
 TEST(FlashAttnSm90, BalancedFixedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 2, 128)};
+  Case c{mha_spec(8, 2, 128)};
   c.requests = testing::short_prefill_rounds();
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -686,7 +677,7 @@ TEST(FlashAttnSm90, BalancedFixedRounds) {
 // once (NaN-poisoned outputs).
 TEST(FlashAttnSm90, HeadGroupedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 32, 128)};
+  Case c{mha_spec(32, 32, 128)};
   c.requests = testing::l2_grouped_prefill();
   c.max_pairs = 12;
   const Outcome r = run_case(c);
@@ -697,7 +688,7 @@ TEST(FlashAttnSm90, HeadGroupedRounds) {
 
 TEST(FlashAttnSm90, RaggedPrefillGqa7Fp16) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  Case c{mha_spec(28, 4, 128, DType::f16, 32)};
   c.requests = {{0, 97}, {150, 130}, {0, 5}, {40, 64}, {1000, 300}, {3, 19}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -772,7 +763,7 @@ TEST(FlashAttnSm90, Fp8TensorCores) {
   const char* env = std::getenv("ATTN_FA_FP8_MMA");
   const bool mma_expected = sm90_expected() && (env == nullptr || std::string(env) != "0");
   for (DType dt : {DType::bf16, DType::f16}) {
-    Case c{make_spec(28, 4, 128, dt)};
+    Case c{mha_spec(28, 4, 128, dt)};
     c.spec.kv_cache_dtype = DType::fp8_e4m3;
     c.spec.k_scale = 0.125f;
     c.spec.v_scale = 0.0625f;
@@ -796,7 +787,7 @@ TEST(FlashAttnSm90, Fp8TensorCoresBoxSizes) {
   const char* env = std::getenv("ATTN_FA_FP8_MMA");
   const bool mma_expected = sm90_expected() && (env == nullptr || std::string(env) != "0");
   for (const int bs : {32, 48, 64, 128, 256}) {
-    Case c{make_spec(8, 2, 128, DType::bf16, bs)};
+    Case c{mha_spec(8, 2, 128, DType::bf16, bs)};
     c.spec.kv_cache_dtype = DType::fp8_e4m3;
     c.spec.k_scale = 0.125f;
     c.spec.v_scale = 0.0625f;
@@ -810,23 +801,23 @@ TEST(FlashAttnSm90, Fp8TensorCoresBoxSizes) {
 
 TEST(FlashAttnSm90, LongCausalBf16) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{0, 1500}, {700, 600}, {129, 255}};
   EXPECT_VALID(run_case(c));
 }
 
 TEST(FlashAttnSm90, WindowSoftCapSinksAlibi) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case w{make_spec(10, 2, 128)};
+  Case w{mha_spec(10, 2, 128)};
   w.spec.sliding_window = 40;
   w.requests = {{150, 100}, {0, 77}, {333, 300}};
   EXPECT_VALID(run_case(w));
-  Case s{make_spec(16, 2, 128)};
+  Case s{mha_spec(16, 2, 128)};
   s.spec.logits_soft_cap = 5.0f;
   s.spec.sinks = true;
   s.requests = {{200, 33}, {0, 48}, {900, 200}};
   EXPECT_VALID(run_case(s));
-  Case a{make_spec(12, 12, 128, DType::f16)};
+  Case a{mha_spec(12, 12, 128, DType::f16)};
   a.spec.alibi = true;
   a.requests = {{100, 20}, {0, 300}};
   EXPECT_VALID(run_case(a));
@@ -834,11 +825,11 @@ TEST(FlashAttnSm90, WindowSoftCapSinksAlibi) {
 
 TEST(FlashAttnSm90, LocalChunksAndEncoder) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case l{make_spec(8, 2, 128)};
+  Case l{mha_spec(8, 2, 128)};
   l.local_attention_chunk = 64;
   l.requests = {{50, 100}, {0, 200}, {300, 150}};
   EXPECT_VALID(run_case(l));
-  Case e{make_spec(8, 2, 128)};
+  Case e{mha_spec(8, 2, 128)};
   e.spec.attn_type = AttentionType::encoder_only;
   e.requests = {{0, 70}, {0, 9}, {0, 300}};
   EXPECT_VALID(run_case(e));
@@ -846,7 +837,7 @@ TEST(FlashAttnSm90, LocalChunksAndEncoder) {
 
 TEST(FlashAttnSm90, SplitPartialsForFewLongPrefills) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 1, 128)};
+  Case c{mha_spec(8, 1, 128)};
   c.spec.sinks = true;  // counted once across splits
   c.requests = {{3000, 12}, {1777, 5}};
   const Outcome r = run_case(c);
@@ -856,7 +847,7 @@ TEST(FlashAttnSm90, SplitPartialsForFewLongPrefills) {
 
 TEST(FlashAttnSm90, CascadeBothPasses) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(16, 4, 128)};
+  Case c{mha_spec(16, 4, 128)};
   c.spec.sinks = true;
   c.spec.logits_soft_cap = 30.0f;
   c.shared_prefix_len = 512;
@@ -876,30 +867,30 @@ TEST(FlashAttnSelector, RejectsWithReasons) {
   const auto backend = make_flash_attn_backend();
   BatchShape shape;
   shape.requests = {{16, 1}};
-  AttentionSpec s = make_spec(8, 2, 128);
+  AttentionSpec s = mha_spec(8, 2, 128);
   const Batch b = make_batch(s, shape, 1);
   s.kv_layout = KvLayout::HND;
   EXPECT_NE(backend->supports(s, b).reason.find("HND"), std::string::npos);
-  s = make_spec(8, 2, 128, DType::bf16, 24);
+  s = mha_spec(8, 2, 128, DType::bf16, 24);
   EXPECT_NE(backend->supports(s, b).reason.find("block size"), std::string::npos);
-  s = make_spec(8, 2, 128, DType::f32);
+  s = mha_spec(8, 2, 128, DType::f32);
   EXPECT_FALSE(backend->supports(s, b).ok);
-  s = make_spec(8, 2, 80);
+  s = mha_spec(8, 2, 80);
   EXPECT_NE(backend->supports(s, b).reason.find("head size"), std::string::npos);
-  EXPECT_TRUE(backend->supports(make_spec(8, 2, 128), b).ok);
+  EXPECT_TRUE(backend->supports(mha_spec(8, 2, 128), b).ok);
   // The backend takes one head size for Q.K and V, on any device.
-  s = make_spec(8, 8, 192);
+  s = mha_spec(8, 8, 192);
   s.head_size_v = 128;
   EXPECT_NE(backend->supports(s, b).reason.find("one head size"), std::string::npos);
   // qk 192 / v 128 (the MLA prefill's attention): the sm_90a kernel only; other pairs never.
-  FlashAttnConfig c = make_flash_attn_config(make_spec(8, 8, 192));
+  FlashAttnConfig c = make_flash_attn_config(mha_spec(8, 8, 192));
   c.head_size_v = 128;
   const std::string why = flash_attn_unsupported_reason(c);
   EXPECT_EQ(why.empty(), flash_attn_sm90_available(c)) << why;
   if (!why.empty()) EXPECT_NE(why.find("sm_90a kernel only"), std::string::npos) << why;
   c.kv_dtype = DType::fp8_e4m3;
   EXPECT_FALSE(flash_attn_unsupported_reason(c).empty());
-  c = make_flash_attn_config(make_spec(8, 8, 128));
+  c = make_flash_attn_config(mha_spec(8, 8, 128));
   c.head_size_v = 64;
   EXPECT_NE(flash_attn_unsupported_reason(c).find("head_size_v 64"), std::string::npos);
 }
@@ -981,7 +972,7 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   // memory), that of an fp8 cache 4 (2 stages of 64 keys, 128 registers: kMinCtasPerSm). 64 x 8 =
   // 512 CTAs are 1.94 waves of 264 or 0.97 of 528: no split either way. 48 x 8 = 384 CTAs are 1.45
   // waves of 264 (2 splits make 2.91) but less than one wave of 528, which runs unsplit.
-  FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
+  FlashAttnConfig c = make_flash_attn_config(mha_spec(32, 8, 128));
   const FlashAttnTiling decode = flash_attn_tiling(128, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c, decode), 2);
   const std::vector<int32_t> q(64, 1), k(64, 4096), q48(48, 1), k48(48, 2048);
@@ -1005,7 +996,7 @@ TEST(FlashAttnSelector, SplitRuleCountsTheKernelsCtasPerSm) {
   EXPECT_EQ(make_flash_attn_pass(q48, k48, true, 4, 128, 8, 132, 0, Sm90Passes::none, &c).num_splits, 1);
   // hd64: both decode kernels fit 4 CTAs per SM (the 16-bit one by its 128 registers and 34 KB of
   // shared memory, the fp8 one by kMinCtasPerSm), so 64 x 4k stays unsplit on both.
-  FlashAttnConfig c64 = make_flash_attn_config(make_spec(32, 8, 64));
+  FlashAttnConfig c64 = make_flash_attn_config(mha_spec(32, 8, 64));
   if (!flash_attn_unsupported_reason(c64).empty()) GTEST_SKIP() << flash_attn_unsupported_reason(c64);
   const FlashAttnTiling decode64 = flash_attn_tiling(64, 4);
   EXPECT_EQ(flash_attn_ctas_per_sm(c64, decode64), 4);
@@ -1022,7 +1013,7 @@ TEST(FlashAttnSelector, SplitRuleOnTheSm90KernelsDecodes) {
   // split in 2. Prefill passes keep 2 CTAs per SM.
   // (Sm90Passes::all: ATTN_FA_SM90_DECODE=all; by default decode-only passes keep the mma.sync
   // decode tiling.)
-  const FlashAttnConfig c = make_flash_attn_config(make_spec(32, 8, 128));
+  const FlashAttnConfig c = make_flash_attn_config(mha_spec(32, 8, 128));
   if (flash_attn_sm90_passes(c) == Sm90Passes::none) GTEST_SKIP() << "no sm_90a kernel for this layer here";
   const FlashAttnPass d16 = make_flash_attn_pass(std::vector<int32_t>(16, 1), std::vector<int32_t>(16, 32768), true, 4,
                                                  128, 8, 132, 0, Sm90Passes::all, &c);
@@ -1647,7 +1638,7 @@ BenchRow bench(const AttentionSpec& spec, const std::vector<RequestShape>& reqs,
 
 TEST(FlashAttnBench, DISABLED_Targets) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  const AttentionSpec s = make_spec(32, 8, 128);
+  const AttentionSpec s = mha_spec(32, 8, 128);
   std::printf("decode 64 x 4k, 32/8 hd128 block 16 (target >= 2550 GB/s)\n");
   bench(s, std::vector<RequestShape>(64, {4096, 1}));
   std::printf("decode 8 x 16k (split-KV)\n");
@@ -1675,8 +1666,8 @@ TEST(FlashAttnBench, DISABLED_Targets) {
   bench(f, std::vector<RequestShape>(64, {4096, 1}));
 #if !defined(ATTN_QUICK_BUILD)
   std::printf("prefill 2 x 4k causal hd64 32/32 and hd256 16/16\n");
-  bench(make_spec(32, 32, 64), std::vector<RequestShape>(2, {0, 4096}));
-  bench(make_spec(16, 16, 256), std::vector<RequestShape>(2, {0, 4096}));
+  bench(mha_spec(32, 32, 64), std::vector<RequestShape>(2, {0, 4096}));
+  bench(mha_spec(16, 16, 256), std::vector<RequestShape>(2, {0, 4096}));
 #endif
 }
 

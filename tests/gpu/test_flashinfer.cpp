@@ -18,16 +18,7 @@
 namespace attn {
 namespace {
 
-AttentionSpec make_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
-  AttentionSpec s;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.head_size_qk = s.head_size_v = d;
-  s.dtype = s.kv_cache_dtype = dtype;
-  s.block_size = block_size;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return s;
-}
+using testing::mha_spec;
 
 struct Case {
   AttentionSpec spec;
@@ -68,7 +59,7 @@ struct ForceTensorCoreDecode {
 TEST(FlashInferGpu, DecodeCudaCoresGroups1To4) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int g : {1, 2, 3, 4}) {
-    Case c{make_spec(4 * g, 4, 128)};
+    Case c{mha_spec(4 * g, 4, 128)};
     c.requests = {{333, 1}, {0, 1}, {1100, 1}, {15, 1}, {16, 1}, {2047, 1}};
     const Outcome r = run_case(c);
     EXPECT_VALID(r) << " (group " << g << ")";
@@ -80,7 +71,7 @@ TEST(FlashInferGpu, DecodeTensorCoresAgreeWithCudaCores) {
   // Groups 1-4 run on CUDA cores by vLLM's rule; forced onto tensor cores they must agree.
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int g : {1, 2, 4}) {
-    Case c{make_spec(2 * g, 2, 128)};
+    Case c{mha_spec(2 * g, 2, 128)};
     c.requests = {{900, 1}, {1, 1}, {4000, 1}, {77, 1}};
     const Outcome cc = run_case(c);
     EXPECT_VALID(cc) << " (group " << g << ")";
@@ -98,7 +89,7 @@ TEST(FlashInferGpu, DecodeTensorCoresForGroupsAboveFour) {
   // Groups 5, 7, 8 (vLLM's use_tensor_cores rule): the prefill kernel, 16-row tiles, partial groups.
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int g : {5, 7, 8}) {
-    Case c{make_spec(2 * g, 2, 128)};
+    Case c{mha_spec(2 * g, 2, 128)};
     c.requests = {{900, 1}, {1, 1}, {4000, 1}, {77, 1}};
     const Outcome tc = run_case(c);
     EXPECT_VALID(tc) << " (group " << g << ")";
@@ -113,13 +104,13 @@ TEST(FlashInferGpu, PageSizesNotPowersOfTwo) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int bs : {24, 80}) {
     for (int g : {4, 8}) {
-      Case c{make_spec(2 * g, 2, 128, DType::bf16, bs)};
+      Case c{mha_spec(2 * g, 2, 128, DType::bf16, bs)};
       c.requests = {{900, 1}, {1, 1}, {4001, 1}, {77, 1}, {bs - 1, 1}, {bs, 1}};
       const Outcome r = run_case(c);
       EXPECT_VALID(r) << " (page size " << bs << ", group " << g << ")";
       EXPECT_NE(r.plan.find(g <= 4 ? "decode:cuda_cores" : "decode:tile_q=16"), std::string::npos) << r.plan;
     }
-    Case pre{make_spec(8, 2, 128, DType::bf16, bs)};
+    Case pre{mha_spec(8, 2, 128, DType::bf16, bs)};
     pre.requests = {{0, 97}, {150, 1}, {333, 200}, {bs + 1, 64}};
     pre.sm90_prefill = false;
     EXPECT_VALID(run_case(pre)) << " (page size " << bs << ", mma.sync prefill)";
@@ -128,7 +119,7 @@ TEST(FlashInferGpu, PageSizesNotPowersOfTwo) {
 
 TEST(FlashInferGpu, SplitKvForFewLongDecodes) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 2, 128)};
+  Case c{mha_spec(8, 2, 128)};
   c.requests = {{7000, 1}, {3333, 1}};
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -138,7 +129,7 @@ TEST(FlashInferGpu, SplitKvForFewLongDecodes) {
 TEST(FlashInferGpu, MixedChunkedPrefillReordersDecodesFirst) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // Prefills before decodes in the batch: the builder moves the decodes first, fetch() restores order.
-  Case c{make_spec(28, 4, 128, DType::f16, 32)};
+  Case c{mha_spec(28, 4, 128, DType::f16, 32)};
   c.requests = {{0, 97}, {150, 1}, {40, 64}, {1000, 1}, {1000, 300}, {3, 19}, {5, 1}};
   EXPECT_VALID(run_case(c));
 }
@@ -146,13 +137,13 @@ TEST(FlashInferGpu, MixedChunkedPrefillReordersDecodesFirst) {
 TEST(FlashInferGpu, LongPrefillsAllTiles) {
   ATTN_REQUIRE_CUDA_DEVICE();
   // FlashInfer's own prefill plan and kernel (the sm_90a path has its own tiles).
-  Case big{make_spec(32, 8, 128)};  // mean packed length > 64: q tile 128
+  Case big{mha_spec(32, 8, 128)};  // mean packed length > 64: q tile 128
   big.sm90_prefill = false;
   big.requests = {{0, 1500}, {700, 600}, {129, 255}};
   const Outcome r = run_case(big);
   EXPECT_VALID(r);
   EXPECT_NE(r.plan.find("tile_q=128"), std::string::npos) << r.plan;
-  Case mid{make_spec(8, 8, 128)};  // mean packed 17..64: q tile 64
+  Case mid{mha_spec(8, 8, 128)};  // mean packed 17..64: q tile 64
   mid.sm90_prefill = false;
   mid.requests = {{100, 40}, {0, 30}, {2000, 20}};
   const Outcome m = run_case(mid);
@@ -167,7 +158,7 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (const KvLayout layout : {KvLayout::NHD, KvLayout::HND}) {
     for (const bool sm90 : {false, true}) {
-      Case c{make_spec(28, 4, 128, DType::f16, 32)};
+      Case c{mha_spec(28, 4, 128, DType::f16, 32)};
       c.spec.kv_layout = layout;
       c.spec.sliding_window = 300;
       c.spec.logits_soft_cap = 20.0f;
@@ -182,7 +173,7 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
 #if !defined(ATTN_QUICK_BUILD)
   // Head sizes 64 and 256 take it too (bf16, long causal).
   for (const int d : {64, 256}) {
-    Case c{make_spec(8, 2, d)};
+    Case c{mha_spec(8, 2, d)};
     c.requests = {{0, 700}, {1200, 300}};
     const Outcome r = run_case(c);
     EXPECT_VALID(r) << " (head size " << d << ")";
@@ -194,7 +185,7 @@ TEST(FlashInferGpu, PrefillOnSm90AndMmaSync) {
 // (testing::short_prefill_rounds).
 TEST(FlashInferGpu, Sm90PrefillBalancedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(8, 2, 128)};
+  Case c{mha_spec(8, 2, 128)};
   c.requests = testing::short_prefill_rounds();
   const Outcome r = run_case(c);
   EXPECT_VALID(r);
@@ -206,7 +197,7 @@ TEST(FlashInferGpu, Sm90PrefillBalancedRounds) {
 // the same grouped list, named in the plan summary.
 TEST(FlashInferGpu, Sm90PrefillGroupedRounds) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 32, 128)};
+  Case c{mha_spec(32, 32, 128)};
   c.requests = testing::l2_grouped_prefill();
   c.max_pairs = 12;
   const Outcome r = run_case(c);
@@ -217,7 +208,7 @@ TEST(FlashInferGpu, Sm90PrefillGroupedRounds) {
 
 TEST(FlashInferGpu, WindowAndSoftCap) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(16, 8, 128)};
+  Case c{mha_spec(16, 8, 128)};
   c.spec.sliding_window = 100;
   c.spec.logits_soft_cap = 30.0f;
   c.requests = {{0, 300}, {500, 1}, {90, 50}, {2000, 1}, {0, 1}};
@@ -226,7 +217,7 @@ TEST(FlashInferGpu, WindowAndSoftCap) {
 
 TEST(FlashInferGpu, HndEqualsNhd) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{300, 1}, {0, 60}, {1000, 1}, {64, 33}};
   const Outcome nhd = run_case(c);
   EXPECT_VALID(nhd);
@@ -239,7 +230,7 @@ TEST(FlashInferGpu, HndEqualsNhd) {
 // An fp8 cache with host k/v scales (FlashInfer's convention), group g over 4 kv heads; e5m2
 // under an fp16 model, e4m3 under bf16.
 Case fp8_case(DType kv, int g) {
-  Case c{make_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
+  Case c{mha_spec(4 * g, 4, 128, kv == DType::fp8_e5m2 ? DType::f16 : DType::bf16)};
   c.spec.kv_cache_dtype = kv;
   c.spec.k_scale = 0.05f;
   c.spec.v_scale = 0.03f;
@@ -308,11 +299,11 @@ TEST(FlashInferGpu, Fp8DecodeRunsOnTensorCoresAndAgreesWithCudaCores) {
 // prefill passes), then two layers of a cascade (a merge of two levels per layer).
 TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   for (int i = 0; i < 12; ++i) c.requests.push_back({300 + 41 * i, 1});
   c.requests.push_back({260, 200});
   testing::expect_layers_like_one(*make_flashinfer_backend(), make_case_batch(c), 3);
-  Case cas{make_spec(16, 4, 128)};
+  Case cas{mha_spec(16, 4, 128)};
   cas.requests = {{700, 1}, {650, 3}, {900, 1}};
   cas.shared_prefix_len = 512;
   RunOptions cascade;
@@ -327,17 +318,17 @@ TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
 // the cascade's suffix level and in a prefill from scratch, on both prefill kernels.
 TEST(FlashInferGpu, NanKeyReachesEveryRowThatAttendsIt) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case split{make_spec(8, 2, 128)};
+  Case split{mha_spec(8, 2, 128)};
   split.requests = {{7000, 1}, {3333, 1}};
   const std::string plan =
       testing::expect_nan_key_reaches_its_rows(*make_flashinfer_backend(), make_case_batch(split), {0, 4100, 1});
   EXPECT_EQ(plan.find("work=2 "), std::string::npos) << "expected a split schedule: " << plan;
-  Case cascade{make_spec(16, 4, 128)};
+  Case cascade{mha_spec(16, 4, 128)};
   cascade.shared_prefix_len = 2048;
   for (int i = 0; i < 12; ++i) cascade.requests.push_back({2048 + 37 * i, 1});
   cascade.requests.push_back({2100, 45});
   const Batch cb = make_case_batch(cascade);
-  Case fresh{make_spec(8, 1, 128)};
+  Case fresh{mha_spec(8, 1, 128)};
   fresh.requests = {{0, 300}, {0, 129}};
   const Batch fb = make_case_batch(fresh);
   RunOptions on;
@@ -358,7 +349,7 @@ TEST(FlashInferGpu, CascadeMatchesNonCascade) {
   // in kv splits with a slot each, or FlashInfer's own prefill; both must merge with level 1 to
   // the non-cascade result.
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(16, 4, 128)};
+  Case c{mha_spec(16, 4, 128)};
   c.spec.logits_soft_cap = 30.0f;
   c.shared_prefix_len = 2048;
   for (int i = 0; i < 12; ++i) c.requests.push_back({2048 + 37 * i, 1});
@@ -394,7 +385,7 @@ TEST(FlashInferGpu, Fp8CacheNeverTakesTheCascade) {
         << r.plan;
   }
   // The same batch over a bf16 cache takes it when forced.
-  Case b{make_spec(16, 4, 128)};
+  Case b{mha_spec(16, 4, 128)};
   b.shared_prefix_len = c.shared_prefix_len;
   b.requests = c.requests;
   b.cascade = CascadeMode::on;
@@ -405,7 +396,7 @@ TEST(FlashInferGpu, Fp8CacheNeverTakesTheCascade) {
 
 TEST(FlashInferGpu, CudaGraphReplay) {
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{300, 1}, {0, 60}, {1000, 1}};
   const Batch b = make_case_batch(c);
   const CommonAttentionMetadata m = build_common_metadata(b);
@@ -424,7 +415,7 @@ TEST(FlashInferGpu, GraphPlannedForALargerBatchReplaysThisOne) {
   // The contexts are short enough (15 work items at the 8-page minimum chunk) that the padded
   // grid, max_grid / num_kv_heads, exceeds the real work at any occupancy the knobs give.
   ATTN_REQUIRE_CUDA_DEVICE();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{300, 1}, {17, 1}, {1000, 1}, {130, 1}, {64, 1}};
   const Batch b = make_case_batch(c);
   const CommonAttentionMetadata m = build_common_metadata(b);
@@ -445,7 +436,7 @@ TEST(FlashInferGpu, HeadSizes64And256) {
   ATTN_REQUIRE_CUDA_DEVICE();
   for (int d : {64, 256}) {
     for (int g : {2, 8}) {
-      Case c{make_spec(2 * g, 2, d)};
+      Case c{mha_spec(2 * g, 2, d)};
       c.requests = {{333, 1}, {70, 90}, {0, 1}, {1100, 1}, {5, 200}};
       EXPECT_VALID(run_case(c)) << " (head size " << d << ", group " << g << ")";
     }
@@ -455,7 +446,7 @@ TEST(FlashInferGpu, HeadSizes64And256) {
 
 TEST(FlashInferSelector, SkipsWithTheSeedsReasons) {
   const auto backend = make_flashinfer_backend();
-  Case c{make_spec(32, 8, 128)};
+  Case c{mha_spec(32, 8, 128)};
   c.requests = {{10, 1}};
   auto reason = [&](const AttentionSpec& s) {
     Case k = c;
