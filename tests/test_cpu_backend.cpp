@@ -21,6 +21,7 @@
 #include "model/kv_cache.hpp"
 #include "reference/reference.hpp"
 
+#include "mha_spec.hpp"
 #include "nan_key.hpp"
 
 namespace attn {
@@ -31,17 +32,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // (MLA's 512-long up-projections included), so this bound is fp32-level with 10x headroom.
 constexpr double kTol = 5e-6;
 
-AttentionSpec mha_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16,
-                       KvLayout layout = KvLayout::NHD) {
-  AttentionSpec s;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.head_size_qk = s.head_size_v = d;
-  s.dtype = s.kv_cache_dtype = dtype;
-  s.block_size = block_size;
-  s.kv_layout = layout;
-  return s;
-}
+using testing::mha_spec;
 
 AttentionSpec mla_spec(int hq, DType dtype = DType::bf16, int block_size = 16) {
   AttentionSpec s;

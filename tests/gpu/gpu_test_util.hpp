@@ -4,13 +4,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.hpp"
 #include "core/device.hpp"
 #include "metadata/common.hpp"
+#include "mha_spec.hpp"
 #include "model/scenario.hpp"
 #include "reference/reference.hpp"
 #include "validate/validate.hpp"
@@ -64,19 +66,6 @@ inline std::vector<RequestShape> short_prefill_rounds() {
 // ~70 GFLOP of float64.
 inline std::vector<RequestShape> l2_grouped_prefill() { return {{0, 3000}, {37, 2900}}; }
 
-// An MHA spec: hq query heads over hkv kv heads of size d, the cache in the model dtype, softmax
-// scale 1 / sqrt(d).
-inline AttentionSpec mha_spec(int hq, int hkv, int d, DType dtype = DType::bf16, int block_size = 16) {
-  AttentionSpec s;
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.head_size_qk = s.head_size_v = d;
-  s.dtype = s.kv_cache_dtype = dtype;
-  s.block_size = block_size;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return s;
-}
-
 // One backend's run of a batch, validated: what it wrote, the verdict and its plan.
 struct Outcome {
   AttentionOutput out;
@@ -84,20 +73,27 @@ struct Outcome {
   std::string plan;
 };
 
-// Create, plan, poison, run and fetch on `backend`, then validate against the float64 reference on
-// max_pairs sampled (request, head) pairs (0 = all) under the model dtype's default budget.
+// Create, plan, poison, run and fetch on `backend`: one step's output and its plan summary (the
+// instance and its caches are gone when it returns).
+inline std::pair<AttentionOutput, std::string> run_once(const Backend& backend, const Batch& b,
+                                                        const CommonAttentionMetadata& m, const RunOptions& opts) {
+  auto inst = backend.create(b, m, opts);
+  inst->plan();
+  inst->poison();
+  inst->run();
+  AttentionOutput out = inst->fetch();
+  return {std::move(out), inst->plan_summary()};
+}
+
+// run_once, then validated against the float64 reference on max_pairs sampled (request, head)
+// pairs (0 = all) under the model dtype's default budget.
 inline Outcome run_and_validate(const Backend& backend, const Batch& b, const RunOptions& opts = {},
                                 int64_t max_pairs = 0) {
   const CommonAttentionMetadata m = build_common_metadata(b);
   const Support sup = backend.supports(b.spec, b);
   EXPECT_TRUE(sup.ok) << sup.reason;
-  auto inst = backend.create(b, m, opts);
-  inst->plan();
-  inst->poison();
-  inst->run();
   Outcome r;
-  r.out = inst->fetch();
-  r.plan = inst->plan_summary();
+  std::tie(r.out, r.plan) = run_once(backend, b, m, opts);
   ReferenceOptions ro;
   ro.max_pairs = max_pairs;
   ro.sample_seed = 5;
@@ -152,12 +148,7 @@ inline void expect_layers_like_one(const Backend& backend, const Batch& b, int l
   const CommonAttentionMetadata m = build_common_metadata(b);
   const Support sup = backend.supports(b.spec, b);
   ASSERT_TRUE(sup.ok) << sup.reason;
-  auto one = backend.create(b, m, opts);
-  one->plan();
-  one->poison();
-  one->run();
-  const AttentionOutput want = one->fetch();
-  one.reset();
+  const AttentionOutput want = run_once(backend, b, m, opts).first;
   opts.num_layers = layers;
   auto many = backend.create(b, m, opts);
   many->plan();
@@ -177,11 +168,7 @@ inline void expect_layers_like_one(const Backend& backend, const Batch& b, int l
   }
   many.reset();
   opts.nan_all_but_last_layer = true;
-  auto isolated = backend.create(b, m, opts);
-  isolated->plan();
-  isolated->poison();
-  isolated->run();
-  const AttentionOutput got = isolated->fetch();
+  const AttentionOutput got = run_once(backend, b, m, opts).first;
   const ValidationResult v = validate_output(b, got, ref, default_budget(b.spec.dtype));
   EXPECT_TRUE(v.pass) << backend.name() << " " << layers << " layers, every cache but the last NaN: " << v.failure;
   EXPECT_TRUE(got.o == want.o) << backend.name() << ": the last layer's O differs from one layer's";
