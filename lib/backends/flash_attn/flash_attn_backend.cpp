@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <limits>
 
 #include "backends/device_output.hpp"
 #include "backends/mha_step.hpp"
