@@ -255,6 +255,31 @@ TEST_F(CliTest, FlagsAndOutputPathsAreCheckedBeforeRunning) {
   EXPECT_FALSE(fs::exists(dir_ / "fig"));
 }
 
+// --timed attention times the attention alone over the caches a step wrote: its rows say so, and
+// their bytes leave out the new K/V the step writes (2 x 8 kv heads x 128 dims x 2 bytes a token).
+TEST_F(CliTest, TimedAttentionRowsSayWhatTheySampled) {
+  const std::string step = (dir_ / "step.csv").string(), alone = (dir_ / "alone.csv").string();
+  const std::string quick = "run --model llama3-8b --batch 2x1@40,1x9@7 --backend cpu --iterations 2 --warmup 0 -q ";
+  Result r = run_cli(quick + "-o " + step);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_cli(quick + "--timed attention -o " + alone);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const attn::ResultRow a = attn::read_csv(step).at(0), b = attn::read_csv(alone).at(0);
+  EXPECT_EQ(a.timed, "step");
+  EXPECT_EQ(b.timed, "attention");
+  EXPECT_EQ(b.status, "pass") << b.reason;
+  EXPECT_EQ(b.samples, 2);
+  EXPECT_EQ(a.flops, b.flops);
+  EXPECT_DOUBLE_EQ(a.bytes - b.bytes, 11.0 * 2 * 8 * 128 * 2);
+  // validate times nothing: its rows leave the column empty.
+  r = run_cli("validate --model llama3-8b --batch 1x1@16 --backend cpu -q -o " + step);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(attn::read_csv(step).at(0).timed, "");
+  r = run_cli(quick + "--timed kernel");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--timed"), std::string::npos) << r.output;
+}
+
 // Defect: `run --backend cpu --cuda-graph` was accepted and its rows quietly said
 // timing_method=wall. With no selected backend that can be timed as a CUDA graph here, the flag
 // is refused up front; with one that can (a GPU machine), it stands and cpu rows keep wall.

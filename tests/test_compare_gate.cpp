@@ -165,6 +165,16 @@ TEST(CompareGate, MeasuredWorkDiffersNamesEveryField) {
   ResultRow all = a;
   for (const auto& f : fields) f.second(all);
   EXPECT_TRUE(has(measured_work_differs(a, all), "(+19 more)")) << measured_work_differs(a, all);
+  // What each sample ran is, where both sides were timed: the attention alone is not the step (an
+  // empty `timed`, from a file of a build that timed only the step, reads as the step).
+  ResultRow step = a, attention = a, older = a;
+  step.iterations = attention.iterations = older.iterations = 10;
+  step.timed = "step";
+  attention.timed = "attention";
+  EXPECT_EQ(measured_work_differs(step, attention), "timed step -> attention");
+  EXPECT_EQ(measured_work_differs(older, attention), "timed step -> attention");
+  EXPECT_EQ(measured_work_differs(older, step), "");
+  EXPECT_EQ(measured_work_differs(a, attention), "") << "an untimed side: nothing to tell apart";
   // Timing and provenance are not work.
   ResultRow other = a;
   other.median_time_us = 5;

@@ -21,6 +21,7 @@
 #include "model/kv_cache.hpp"
 #include "reference/reference.hpp"
 
+#include "attention_alone.hpp"
 #include "mha_spec.hpp"
 #include "nan_key.hpp"
 
@@ -425,6 +426,21 @@ TEST(CpuBackend, RerunAfterPoisonRewritesEverything) {
     inst->run();  // the poisoned cache slots of the new tokens are written again
     EXPECT_EQ(inst->fetch().o, first.o);
   }
+}
+
+// What `run --timed attention` times: the step's attention over its caches, without their writes.
+TEST(CpuBackend, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
+  RunOptions two_layers;
+  two_layers.num_layers = 2;
+  AttentionSpec s = mha_spec(4, 2, 32);
+  s.sinks = true;
+  testing::expect_attention_alone_is_the_steps(*make_cpu_backend(), make_test_batch(s, {{21, 3}, {9, 1}, {0, 7}}),
+                                               two_layers);
+  testing::expect_attention_alone_is_the_steps(*make_cpu_backend(),
+                                               make_test_batch(mla_spec(3), {{40, 1}, {7, 1}}), two_layers);
+  // MLA prefills read their new tokens' latents from the step's input, not from the cache.
+  testing::expect_attention_alone_is_the_steps(*make_cpu_backend(), make_test_batch(mla_spec(3), {{40, 6}, {7, 1}}),
+                                               two_layers, /*its_own_key_is_cached=*/false);
 }
 
 TEST(CpuBackend, RunWithoutPlanPlansFirst) {

@@ -31,7 +31,11 @@ class FirstRunOnlyInstance : public BackendInstance {
   void run() override {
     if (runs_++ == 0) inner_->run();
   }
+  void run_attention() override {
+    if (runs_++ == 0) inner_->run_attention();
+  }
   void poison() override { inner_->poison(); }
+  void poison_outputs() override { inner_->poison_outputs(); }
   AttentionOutput fetch() override { return inner_->fetch(); }
 
  private:

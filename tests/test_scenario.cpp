@@ -226,6 +226,7 @@ warmup = 3
 iterations = 9
 cold_l2 = false
 cuda_graph = true
+timed = "attention"
 num_layers = 4
 cascade = "off"
 [check]
@@ -272,6 +273,7 @@ sample_pairs = 17
   EXPECT_EQ(s.run.iterations, 9);
   EXPECT_FALSE(s.run.cold_l2);
   EXPECT_TRUE(s.run.cuda_graph);
+  EXPECT_EQ(s.run.timed, TimedPart::attention);
   EXPECT_EQ(s.run.num_layers, 4);
   EXPECT_EQ(s.run.cascade, CascadeMode::off);
   EXPECT_EQ(s.check.atol, 0.5);
@@ -576,6 +578,9 @@ TEST(ScenarioErrors, EveryErrorNamesFileLineKeyAndValue) {
       {"unknown cascade mode",
        llama + kOneDecode + "[run]\ncascade = \"maybe\"\n",
        {"bad.toml:8:", "run.cascade = \"maybe\"", "unknown cascade mode"}},
+      {"unknown timed part",
+       llama + kOneDecode + "[run]\ntimed = \"kernel\"\n",
+       {"bad.toml:8:", "run.timed = \"kernel\"", "unknown timed part", "step", "attention"}},
       {"min_cosine out of range",
        llama + kOneDecode + "[check]\nmin_cosine = 1.5\n",
        {"bad.toml:8:", "check.min_cosine = 1.5", "[-1, 1]"}},

@@ -55,25 +55,36 @@ TEST(TimingSummary, RandomSamplesAgreeWithDirectFormulas) {
   EXPECT_LE(t.median_us, t.max_us);
 }
 
-// A host instance that spins for a fixed time per run() and counts its calls.
+// A host instance that spins for a fixed time per run() (and per run_attention(), its own time)
+// and counts its calls.
 class SpinInstance : public BackendInstance {
  public:
-  explicit SpinInstance(double run_us, bool device = false) : run_us_(run_us), device_(device) {}
+  explicit SpinInstance(double run_us, bool device = false, double attention_us = 0)
+      : run_us_(run_us), attention_us_(attention_us), device_(device) {}
   void plan() override { ++plans; }
   void run() override {
     ++runs;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(run_us_);
-    while (std::chrono::steady_clock::now() < until) {
-    }
+    spin(run_us_);
+  }
+  void run_attention() override {
+    ++attention_runs;
+    spin(attention_us_);
   }
   void poison() override {}
+  void poison_outputs() override {}
   void synchronize() override { ++syncs; }
   AttentionOutput fetch() override { return {}; }
   bool on_device() const override { return device_; }
-  int plans = 0, runs = 0, syncs = 0;
+  int plans = 0, runs = 0, attention_runs = 0, syncs = 0;
 
  private:
+  static void spin(double us) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
   double run_us_;
+  double attention_us_;
   bool device_;
 };
 
@@ -96,6 +107,22 @@ TEST(TimingHost, WallClockAroundEachRun) {
   EXPECT_LE(t.median_us, t.max_us);
   EXPECT_GE(t.plan_us, 0.0);
   EXPECT_LT(t.plan_us, t.min_us);  // plan() does nothing here
+}
+
+// --timed attention: one untimed run() first (the caches the attention reads), then every warm-up
+// call and sample is run_attention().
+TEST(TimingHost, AttentionAloneAfterOneStep) {
+  SpinInstance inst(5000.0, false, 200.0);
+  TimingOptions opts;
+  opts.warmup = 3;
+  opts.iterations = 7;
+  opts.part = TimedPart::attention;
+  const Timing t = time_instance(inst, opts);
+  EXPECT_EQ(inst.runs, 1);
+  EXPECT_EQ(inst.attention_runs, 10);
+  EXPECT_EQ(t.samples, 7);
+  EXPECT_GE(t.min_us, 200.0);
+  EXPECT_LT(t.min_us, 5000.0);  // not the step's 5 ms: the samples ran the attention alone
 }
 
 // A CPU row of a real batch takes seconds per call: the budget stops its warm-up after a fifth of

@@ -39,7 +39,9 @@ class FetchAdjustedInstance final : public BackendInstance {
   explicit FetchAdjustedInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
   void plan() override { inner_->plan(); }
   void run() override { inner_->run(); }
+  void run_attention() override { inner_->run_attention(); }
   void poison() override { inner_->poison(); }
+  void poison_outputs() override { inner_->poison_outputs(); }
   void synchronize() override { inner_->synchronize(); }
   AttentionOutput fetch() override {
     AttentionOutput o = inner_->fetch();

@@ -34,6 +34,7 @@ struct RunArgs {
   bool no_read_floor = false;
   bool strict = false;
   std::string cascade;
+  std::string timed;  // step | attention; empty: the scenario's [run] timed
   bool validate_only = false;
 };
 
@@ -66,6 +67,8 @@ int run_verb(const RunArgs& a) {
   if (a.cold_l2) opts.cold_l2 = true;
   if (a.no_cold_l2) opts.cold_l2 = false;
   if (a.cuda_graph) opts.cuda_graph = true;
+  if (a.timed == "step") opts.timed = TimedPart::step;
+  if (a.timed == "attention") opts.timed = TimedPart::attention;
   opts.read_floor = !a.no_read_floor;
   if (a.cascade == "on") opts.cascade = CascadeMode::on;
   if (a.cascade == "off") opts.cascade = CascadeMode::off;
@@ -217,6 +220,11 @@ void add_run_and_validate(CLI::App& app, Commands& c) {
   run->add_flag("--cuda-graph", ra->cuda_graph,
                 "Time CUDA-graph replays of run() (GPU backends; cpu rows stay wall clock; refused when no selected "
                 "backend is a GPU backend that can run here)");
+  run->add_option("--timed", ra->timed,
+                  "What each sample runs (overrides [run] timed): step (default: each layer's cache write, then "
+                  "its attention) or attention (the attention alone over the caches a step wrote, as the torch "
+                  "peers' kernels, which write no cache)")
+      ->check(CLI::IsMember({"step", "attention"}));
   run->add_flag("--no-read-floor", ra->no_read_floor,
                 "Skip the read floor (a bare streaming read of each GPU row's bytes, timed from the same cold L2)");
   run->add_option("--junit", ra->junit, "Also write a JUnit XML report");

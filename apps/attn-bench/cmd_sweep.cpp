@@ -97,7 +97,7 @@ constexpr const char* kResumeColumns[] = {
     // batch and data
     "shared_prefix_len", "num_layers", "batch", "seed",
     // timing settings
-    "warmup", "iterations", "host_timeout_s",
+    "warmup", "iterations", "host_timeout_s", "timed",
     // which sweep and split
     "sweep", "shard"};
 

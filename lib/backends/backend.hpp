@@ -5,6 +5,8 @@
 //   create(batch, metadata) binds the backend to one batch: allocates and fills its buffers
 //   plan()                  host-side scheduling (timed on its own)
 //   run()                   cache write + attention; allocates nothing and does not synchronize
+//   run_attention()         the attention alone, over the caches a run() wrote: timed as the
+//                           peers' kernels are, which write no cache
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,10 +72,18 @@ class BackendInstance {
  public:
   virtual ~BackendInstance() = default;
   virtual void plan() = 0;
+  // The step as a serving engine runs it: each layer's cache write (the new tokens' K/V into its
+  // paged cache), then its attention.
   virtual void run() = 0;
+  // The step's attention alone, every layer's, over the caches as the last run() left them: after
+  // a run() it writes the same output again, with the same launches but the cache writes (what a
+  // peer kernel that writes no cache is timed on).
+  virtual void run_attention() = 0;
   // NaN into every output element and into the cache slots of the new tokens, so an
   // unwritten output or a skipped cache write is caught by the next check.
   virtual void poison() = 0;
+  // NaN into every output element only (the caches keep what the last write put there).
+  virtual void poison_outputs() = 0;
   virtual void synchronize() {}
   virtual AttentionOutput fetch() = 0;
   virtual bool on_device() const { return false; }

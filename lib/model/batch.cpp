@@ -537,7 +537,8 @@ WorkCounts count_work(const Batch& b) {
   const double o_bytes = tokens * s.num_q_heads * s.head_size_v * model_bytes;
   const double kv_entry = s.use_mla ? static_cast<double>(s.mla.latent_dim()) * cache_bytes
                                     : static_cast<double>(s.num_kv_heads) * (s.head_size_qk + s.head_size_v) * cache_bytes;
-  w.bytes = q_bytes + o_bytes + tokens * kv_entry + static_cast<double>(w.kv_tokens_read) * kv_entry;
+  w.cache_write_bytes = tokens * kv_entry;
+  w.bytes = q_bytes + o_bytes + w.cache_write_bytes + static_cast<double>(w.kv_tokens_read) * kv_entry;
   return w;
 }
 

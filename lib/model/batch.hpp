@@ -121,6 +121,7 @@ VisibleKeys visible_keys(const Batch& b, int64_t p, int64_t seq_len);
 struct WorkCounts {
   double flops = 0;
   double bytes = 0;
+  double cache_write_bytes = 0;  // of `bytes`: the new tokens' K/V written into the cache
   int64_t kv_tokens_read = 0;   // sum over requests of distinct visible cache tokens
   int64_t attended_pairs = 0;   // sum over tokens of visible keys (per q head: x num_q_heads)
 };

@@ -771,8 +771,8 @@ void check_batch(const std::string& file, const ModelOrigin& mo, const BatchKeys
 void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) {
   if (tbl == nullptr) return;
   const Section r(file, *tbl, "run",
-                  {"backends", "warmup", "iterations", "host_timeout", "cold_l2", "cuda_graph", "num_layers",
-                   "cascade"});
+                  {"backends", "warmup", "iterations", "host_timeout", "cold_l2", "cuda_graph", "timed",
+                   "num_layers", "cascade"});
   if (const toml::node* n = r.node("backends")) {
     const toml::array* a = n->as_array();
     if (a == nullptr || a->empty() || !a->is_homogeneous(toml::node_type::string))
@@ -803,6 +803,8 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
   }
   if (const auto f = r.boolean("cold_l2")) run.cold_l2 = f->value;
   if (const auto f = r.boolean("cuda_graph")) run.cuda_graph = f->value;
+  if (const auto f = r.choice("timed", {"step", "attention"}, "unknown timed part"))
+    run.timed = f->value == "attention" ? TimedPart::attention : TimedPart::step;
   if (const auto f = r.integer_in("num_layers", 1, "must be >= 1")) run.num_layers = static_cast<int>(f->value);
   if (const auto f = r.choice("cascade", {"auto", "on", "off"}, "unknown cascade mode")) {
     run.cascade = f->value == "on" ? CascadeMode::on : f->value == "off" ? CascadeMode::off : CascadeMode::auto_;

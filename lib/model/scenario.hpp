@@ -92,6 +92,12 @@ struct DataConfig {
 
 enum class CascadeMode { auto_, on, off };
 
+// What one timed sample runs (`[run] timed`, `run --timed`): the step as a serving engine runs it
+// (each layer's cache write, then its attention), or the attention alone over caches a run wrote
+// (BackendInstance::run_attention), which is what the torch peers' kernels do: they write no cache.
+enum class TimedPart { step, attention };
+inline const char* to_string(TimedPart p) { return p == TimedPart::attention ? "attention" : "step"; }
+
 struct RunConfig {
   std::vector<std::string> backends{"auto"};
   // Where each of `backends` was written (its line, and its text as written), for the errors
@@ -108,6 +114,7 @@ struct RunConfig {
   double host_timeout_s = 5.0;
   bool cold_l2 = true;
   bool cuda_graph = false;
+  TimedPart timed = TimedPart::step;
   int num_layers = 1;
   CascadeMode cascade = CascadeMode::auto_;
 };

@@ -85,6 +85,7 @@ BatchSummary summarize_batch(const Batch& b, int num_sms) {
   const WorkCounts w = count_work(b);
   s.flops = w.flops;
   s.bytes = w.bytes;
+  s.cache_write_bytes = w.cache_write_bytes;
   s.kv_tokens_read = w.kv_tokens_read;
   s.common_prefix_len = common_prefix_len(b, m);
   const CascadeDecision c = use_cascade_attention(
@@ -278,6 +279,7 @@ TimingOptions timing_options(const Scenario& s, const PipelineOptions& opts) {
   topts.host_timeout_s = opts.host_timeout_s.value_or(s.run.host_timeout_s);
   topts.cold_l2 = opts.cold_l2.value_or(s.run.cold_l2);
   topts.cuda_graph = opts.cuda_graph.value_or(s.run.cuda_graph);
+  topts.part = opts.timed.value_or(s.run.timed);
   topts.replay_for_check = true;  // a timed graph's output is checked like the row's own
   return topts;
 }
@@ -299,6 +301,7 @@ ResultRow planned_row(const BatchShape& shape, const Batch& batch, int num_layer
     row.warmup = topts.warmup;
     row.iterations = topts.iterations;
     row.host_timeout_s = topts.host_timeout_s;
+    row.timed = to_string(topts.part);
   }
   return row;
 }
@@ -438,9 +441,11 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
       row.num_decode_tokens = summary.num_decode_tokens;
       row.num_prefill_tokens = summary.num_prefill_tokens;
       row.kv_tokens = summary.kv_tokens_read;
-      // run() runs every layer: the work of all of them (each layer reads its own cache).
+      // run() runs every layer: the work of all of them (each layer reads its own cache). A timed
+      // attention alone writes no cache: its bytes are the rest.
       row.flops = summary.flops * row.num_layers;
-      row.bytes = summary.bytes * row.num_layers;
+      const bool attention_only = opts.time && topts.part == TimedPart::attention;
+      row.bytes = (summary.bytes - (attention_only ? summary.cache_write_bytes : 0.0)) * row.num_layers;
       row.total_pairs = ref.pairs_total;
       row.checked_pairs = ref.pairs_checked;
       row.quant_rel_l2 = quant_err;
@@ -602,8 +607,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
             // different state.
             // Layers run one after another, each reading its own cold pages: L floors of one
             // layer's bytes (one read of all L layers' bytes would pay one launch and tail for L).
-            if (inst->on_device() && t.cold_l2 && opts.read_floor && summary.bytes > 0) {
-              const ReadFloor f = measure_read_floor(summary.bytes);
+            const double layer_bytes = row.bytes / row.num_layers;
+            if (inst->on_device() && t.cold_l2 && opts.read_floor && layer_bytes > 0) {
+              const ReadFloor f = measure_read_floor(layer_bytes);
               if (f.us > 0) {
                 row.read_floor_us = f.us * row.num_layers;
                 row.pct_read_floor = 100.0 * row.read_floor_us / t.median_us;

@@ -18,6 +18,7 @@ struct PipelineOptions {
   std::optional<int> warmup, iterations;
   std::optional<double> host_timeout_s;  // overrides [run] host_timeout (host rows' time budget)
   std::optional<bool> cold_l2, cuda_graph;
+  std::optional<TimedPart> timed;        // overrides [run] timed
   std::optional<CascadeMode> cascade;
   std::optional<int64_t> check_sample;  // (request, head) pairs checked; 0 = all
   bool strict = false;                  // as [check] strict = true for every scenario
@@ -88,6 +89,7 @@ struct BatchSummary {
   int64_t blocks_used = 0, num_blocks = 0;
   double kv_cache_bytes = 0;  // whole cache (all physical blocks, K and V)
   double flops = 0, bytes = 0;
+  double cache_write_bytes = 0;  // of `bytes`: the new K/V written (not moved by an attention-only sample)
   int64_t kv_tokens_read = 0;
   int common_prefix_len = 0;
   bool cascade = false;

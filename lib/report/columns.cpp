@@ -86,9 +86,11 @@ constexpr size_t kLastRate = column_index("pct_read_floor");
 constexpr size_t kWarmup = column_index("warmup");
 constexpr size_t kIterations = column_index("iterations");
 constexpr size_t kHostTimeout = column_index("host_timeout_s");
+constexpr size_t kTimed = column_index("timed");
 constexpr size_t kCaseIndex = column_index("case_index");
 static_assert(kWarmup < kResultColumns.size() && kIterations < kResultColumns.size() &&
-                  kHostTimeout < kResultColumns.size() && kCaseIndex < kResultColumns.size(),
+                  kHostTimeout < kResultColumns.size() && kTimed < kResultColumns.size() &&
+                  kCaseIndex < kResultColumns.size(),
               "a settings column of field_applies was renamed");
 static_assert(kFirstError < kLastError && kLastError < kFirstTiming && kFirstTiming < kLastTiming &&
                   kLastTiming < kFirstRate && kFirstRate < kLastRate && kLastRate < kResultColumns.size(),
@@ -103,7 +105,9 @@ size_t index_of(const ResultColumn& c) {
   return static_cast<size_t>(&c - first);
 }
 
-bool is_setting(size_t i) { return i == kWarmup || i == kIterations || i == kHostTimeout || i == kCaseIndex; }
+bool is_setting(size_t i) {
+  return i == kWarmup || i == kIterations || i == kHostTimeout || i == kTimed || i == kCaseIndex;
+}
 
 bool may_not_apply(size_t i) {
   return (i >= kFirstError && i <= kLastError) || (i >= kFirstTiming && i <= kLastTiming) ||
@@ -113,7 +117,7 @@ bool may_not_apply(size_t i) {
 // The settings columns hold a value where the row's run had the setting; an empty cell reads
 // back as the default that says it did not (iterations 0, host_timeout_s -1, sweep empty).
 bool setting_applies(const ResultRow& row, size_t i) {
-  if (i == kWarmup || i == kIterations) return row.iterations > 0;  // a timed run's requested counts
+  if (i == kWarmup || i == kIterations || i == kTimed) return row.iterations > 0;  // a timed run's settings
   if (i == kHostTimeout) return row.host_timeout_s >= 0;            // 0 is a setting: no budget
   return !row.sweep.empty();                                        // case_index
 }

@@ -21,7 +21,7 @@ struct ResultColumn {
   ResultField field;
 };
 
-inline constexpr std::array<ResultColumn, 79> kResultColumns{{
+inline constexpr std::array<ResultColumn, 80> kResultColumns{{
     // what
     {"scenario", &ResultRow::scenario},
     {"backend", &ResultRow::backend},
@@ -91,6 +91,7 @@ inline constexpr std::array<ResultColumn, 79> kResultColumns{{
     {"warmup", &ResultRow::warmup},
     {"iterations", &ResultRow::iterations},
     {"host_timeout_s", &ResultRow::host_timeout_s},
+    {"timed", &ResultRow::timed},
     {"flops", &ResultRow::flops},
     {"bytes", &ResultRow::bytes},
     {"tflops", &ResultRow::tflops},

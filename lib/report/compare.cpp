@@ -137,6 +137,11 @@ std::string measured_work_differs(const ResultRow& a, const ResultRow& b) {
   field("shared_prefix_len", &ResultRow::shared_prefix_len);
   field("cascade", &ResultRow::cascade);
   field("num_layers", &ResultRow::num_layers);
+  // What each sample ran, where both sides were timed: the attention alone is not the step.
+  if (a.iterations > 0 && b.iterations > 0) {
+    const auto part = [](const ResultRow& r) { return r.timed.empty() ? std::string("step") : r.timed; };
+    differ(out, "timed", part(a), part(b));
+  }
   // The request list and the data seed, where both sides wrote them (files of older builds have
   // no such columns: their rows are judged by the aggregates above).
   if (!a.batch.empty() && !b.batch.empty()) {

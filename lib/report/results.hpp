@@ -65,6 +65,10 @@ struct ResultRow {
   // budget in seconds (-1: does not apply, a device row or an untimed run; written empty).
   int warmup = 0, iterations = 0;
   double host_timeout_s = -1;
+  // What each sample of a timed run ran (TimedPart): "step" (cache write + attention) or
+  // "attention" (over caches already written). Empty where nothing was to be timed, and in files of
+  // builds that timed only the step (compare reads that as "step").
+  std::string timed;
   double flops = 0, bytes = 0, tflops = 0, tb_per_sec = 0;
   double pct_peak_bw = -1, pct_peak_flops = -1;  // -1: ceiling unknown
   // A bare streaming read of `bytes` on the device from the same cold L2 (timing/read_floor.hpp),

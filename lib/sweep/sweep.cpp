@@ -201,7 +201,7 @@ Sweep parse_sweep(std::string_view toml_text, const std::string& source_name, co
   if (const toml::node* n = root.get("run")) {
     if (!n->is_table()) fail(file, *n, "run", "expected a table of [run] keys");
     check_keys(file, *n->as_table(), "run",
-               {"warmup", "iterations", "host_timeout", "cold_l2", "cuda_graph", "num_layers"});
+               {"warmup", "iterations", "host_timeout", "cold_l2", "cuda_graph", "timed", "num_layers"});
     for (auto&& [k, v] : *n->as_table())
       run_lines.add(fmt::format("{} = {}", k.str(), toml_value_text(v)), {line_of(v), "run." + std::string(k.str())});
   }

@@ -15,14 +15,18 @@ struct TimingOptions {
   int iterations = 50;
   bool cold_l2 = true;
   bool cuda_graph = false;
+  // step: each sample is run(). attention: one untimed run() first (the caches then hold the
+  // step's K/V), then each sample (and warm-up, and the captured graph) is run_attention().
+  TimedPart part = TimedPart::step;
   // Host (wall-clock) rows only, as nvbench's --timeout: the samples stop once they have taken
   // this many seconds and number at least kMinHostSamples (or `iterations`, if fewer), and the
   // warm-up once it has taken a fifth of it (at least one call). A CPU row of a real batch takes
   // seconds per call: 10 + 50 calls would be minutes. 0: no budget (every call runs). The row's
   // `samples` says how many ran. Device rows always take every call (they are microseconds).
   double host_timeout_s = 5.0;
-  // cuda_graph: after the samples, poison() the instance and replay the timed graph once more;
-  // Timing::graph_output holds what it wrote (fetch()), for the caller to check.
+  // cuda_graph: after the samples, poison() the instance and replay the timed graph once more
+  // (attention: run() to rewrite the caches poison() NaNs, then poison_outputs()); Timing::graph_output
+  // holds what it wrote (fetch()), for the caller to check.
   bool replay_for_check = false;
 };
 inline constexpr int kMinHostSamples = 3;
@@ -42,6 +46,8 @@ struct Timing {
 Timing summarize_samples(std::vector<double> samples_us);
 // Dispatches on inst.on_device(): wall clock on the host, CUDA events on the device.
 Timing time_instance(BackendInstance& inst, const TimingOptions& opts);
+// What one sample runs: inst.run() or inst.run_attention() (opts.part).
+void run_timed_part(BackendInstance& inst, TimedPart part);
 #if defined(ATTN_WITH_CUDA)
 // CUDA events on inst.stream(); cold_l2 flushes L2 before each sample; cuda_graph captures
 // run() once and times graph replays. Defined in timing_cuda.cpp.

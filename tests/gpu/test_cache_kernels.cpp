@@ -516,7 +516,12 @@ class CacheWriteInstance : public BackendInstance {
     ++runs;
     launch_reshape_and_cache_flash(p_, stream_);
   }
+  void run_attention() override {  // a step that is all cache write: its input rewritten as it is
+    ++attention_runs;
+    input_.memset_async(0x3c, stream_);
+  }
   void poison() override { cache_.memset_async(0xff, stream_); }
+  void poison_outputs() override {}
   void synchronize() override { stream_.synchronize(); }
   AttentionOutput fetch() override { return {}; }
   bool on_device() const override { return true; }
@@ -528,7 +533,7 @@ class CacheWriteInstance : public BackendInstance {
   }
 
   static constexpr int64_t kTokens = 4096;
-  int plans = 0, runs = 0;
+  int plans = 0, runs = 0, attention_runs = 0;
 
  private:
   Stream stream_;
@@ -559,6 +564,25 @@ TEST(DeviceTiming, EventsColdAndWarmGiveSaneSamples) {
   }
   EXPECT_EQ(inst.runs, 2 * (3 + 20));
   EXPECT_GT(inst.plans, 0);
+}
+
+// --timed attention: one run() first, then run_attention() for every warm-up call and sample (and
+// as a CUDA graph, one eager call and the capture, then replays).
+TEST(DeviceTiming, AttentionAloneAfterOneStep) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  for (bool graph : {false, true}) {
+    CacheWriteInstance inst;
+    TimingOptions o;
+    o.warmup = 3;
+    o.iterations = 10;
+    o.cuda_graph = graph;
+    o.part = TimedPart::attention;
+    const Timing t = time_instance(inst, o);
+    EXPECT_EQ(t.samples, 10);
+    EXPECT_EQ(inst.runs, 1) << "graph " << graph;
+    EXPECT_EQ(inst.attention_runs, graph ? 2 : 3 + 10) << "graph " << graph;
+    EXPECT_EQ(inst.cache_word(1, 0), 0x3c3c);  // the step's write, once
+  }
 }
 
 // Counts executions of its stream work with a host node: graph replays run it, capture does not.

@@ -15,6 +15,7 @@
 #include "backends/flash_attn/flash_attn_backend.hpp"
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/env.hpp"
+#include "attention_alone.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "nan_key.hpp"
 #include "metadata/common.hpp"
@@ -157,6 +158,33 @@ TEST(FlashAttnGpu, LayersEachOverTheirOwnCache) {
   RunOptions cascade;
   cascade.cascade = CascadeMode::on;
   testing::expect_layers_like_one(*make_flash_attn_backend(), make_batch(mha_spec(16, 4, 128), shared, 7), 2, cascade);
+}
+
+// What `run --timed attention` times: the step's launches without its cache writes, two layers of a
+// mixed step (the sm_90a decode launch beside a prefill, launched after no write) and of a cascade
+// (prefix pass, suffix pass, merge), and a split decode (the mma.sync decode tiling's clusters).
+TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  RunOptions two;
+  two.num_layers = 2;
+  BatchShape mixed;
+  mixed.label = "test";
+  for (int i = 0; i < 12; ++i) mixed.requests.push_back({300 + 41 * i, 1});
+  mixed.requests.push_back({260, 200});
+  mixed.block_allocation = BlockAllocation::shuffled;
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), mixed, 7),
+                                               two);
+  BatchShape shared = mixed;
+  shared.requests = {{700, 1}, {650, 3}, {900, 1}};
+  shared.shared_prefix_len = 512;
+  RunOptions cascade = two;
+  cascade.cascade = CascadeMode::on;
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(16, 4, 128), shared, 7),
+                                               cascade);
+  BatchShape split = mixed;
+  split.requests = {{8191, 1}, {5000, 1}};
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), split, 7),
+                                               two);
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
@@ -1549,7 +1577,13 @@ class CaptureSkippingInstance final : public BackendInstance {
     (void)cudaStreamIsCapturing(static_cast<cudaStream_t>(inner_->stream()), &status);
     if (status == cudaStreamCaptureStatusNone) inner_->run();
   }
+  void run_attention() override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    (void)cudaStreamIsCapturing(static_cast<cudaStream_t>(inner_->stream()), &status);
+    if (status == cudaStreamCaptureStatusNone) inner_->run_attention();
+  }
   void poison() override { inner_->poison(); }
+  void poison_outputs() override { inner_->poison_outputs(); }
   void synchronize() override { inner_->synchronize(); }
   AttentionOutput fetch() override { return inner_->fetch(); }
   bool on_device() const override { return true; }

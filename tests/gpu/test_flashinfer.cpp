@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/flashinfer/flashinfer_backend.hpp"
+#include "attention_alone.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "nan_key.hpp"
 #include "metadata/common.hpp"
@@ -309,6 +310,24 @@ TEST(FlashInferGpu, LayersEachOverTheirOwnCache) {
   RunOptions cascade;
   cascade.cascade = CascadeMode::on;
   testing::expect_layers_like_one(*make_flashinfer_backend(), make_case_batch(cas), 2, cascade);
+}
+
+// What `run --timed attention` times: the step's passes without its cache writes, two layers of a
+// mixed step (decode and prefill passes) and of a two-level cascade.
+TEST(FlashInferGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  RunOptions two;
+  two.num_layers = 2;
+  Case c{mha_spec(32, 8, 128)};
+  for (int i = 0; i < 12; ++i) c.requests.push_back({300 + 41 * i, 1});
+  c.requests.push_back({260, 200});
+  testing::expect_attention_alone_is_the_steps(*make_flashinfer_backend(), make_case_batch(c), two);
+  Case cas{mha_spec(16, 4, 128)};
+  cas.requests = {{700, 1}, {650, 3}, {900, 1}};
+  cas.shared_prefix_len = 512;
+  RunOptions cascade = two;
+  cascade.cascade = CascadeMode::on;
+  testing::expect_attention_alone_is_the_steps(*make_flashinfer_backend(), make_case_batch(cas), cascade);
 }
 
 // A NaN key reaches every row that attends it through FLASHINFER's merges by LSE: a split decode,

@@ -17,6 +17,7 @@
 #include "backends/flashmla/flashmla_backend.hpp"
 #include "backends/flashmla/mla_metadata.hpp"
 #include "core/error.hpp"
+#include "attention_alone.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "nan_key.hpp"
 #include "kernels/flashmla/flashmla_launch.hpp"
@@ -358,6 +359,20 @@ TEST(FlashMlaGpu, LayersEachOverTheirOwnCache) {
   ATTN_REQUIRE_CUDA_DEVICE();
   testing::expect_layers_like_one(*make_flashmla_backend(),
                                   make(mla_spec(16), {{3000, 1}, {192, 64}, {700, 1}, {64, 48}, {5, 1}}), 3);
+}
+
+// What `run --timed attention` times: the data flow without its cache writes (q absorbed, split
+// decodes and their combine, o up-projected), two layers; with prefills (their new tokens' latents
+// from the step's input, their context chunks from the cache) only the outputs are compared.
+TEST(FlashMlaGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  RunOptions two;
+  two.num_layers = 2;
+  testing::expect_attention_alone_is_the_steps(*make_flashmla_backend(), make(mla_spec(16), {{3000, 1}, {700, 1}, {5, 1}}),
+                                               two);
+  testing::expect_attention_alone_is_the_steps(*make_flashmla_backend(),
+                                               make(mla_spec(16), {{3000, 1}, {192, 64}, {700, 1}, {64, 48}}), two,
+                                               /*its_own_key_is_cached=*/false);
 }
 
 // A NaN latent entry reaches every row that attends it through FLASHMLA's merges by LSE: a decode

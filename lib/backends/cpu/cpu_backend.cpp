@@ -129,18 +129,25 @@ class CpuInstance final : public BackendInstance {
     planned_ = true;
   }
 
-  void run() override {
+  void run() override { run_layers(true); }
+  void run_attention() override { run_layers(false); }
+
+  void run_layers(bool write) {
     if (!planned_) plan();
     for (auto& cache : caches_) {
-      write_cache(cache.data());
+      if (write) write_cache(cache.data());
       attend(cache.data());
     }
   }
 
-  void poison() override {
+  void poison_outputs() override {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::fill(o_.begin(), o_.end(), nan);
     std::fill(lse_.begin(), lse_.end(), nan);
+  }
+
+  void poison() override {
+    poison_outputs();
     for (auto& cache : caches_) {
       cpu::poison_cache_slots(cache.data(), layout_, m_.slot_mapping.data(), m_.num_actual_tokens);
     }

@@ -72,14 +72,17 @@ class FlashAttnInstance final : public BackendInstance {
 
   // Every layer in turn: its cache write, its passes, its merge (each layer's output is the
   // batch's; the last one's is what fetch() reads).
-  void run() override {
-    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer();
+  void run() override { run_layers(true); }
+  void run_attention() override { run_layers(false); }
+
+  void run_layers(bool write) {
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer(write);
     layer_ = 0;
   }
 
-  void run_layer() {
+  void run_layer(bool write) {
     const AttentionSpec& s = batch_.spec;
-    write_cache(step_.k_new.data(), step_.v_new.data());
+    if (write) write_cache(step_.k_new.data(), step_.v_new.data());
 
     FlashAttnParams p = base_params();
     if (schedule_.cascade) {
@@ -117,8 +120,9 @@ class FlashAttnInstance final : public BackendInstance {
     }
   }
 
+  void poison_outputs() override { step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_); }
   void poison() override {
-    step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_);
+    poison_outputs();
     for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) write_cache(step_.nan_kv.data(), step_.nan_kv.data());
     layer_ = 0;
   }

@@ -155,16 +155,19 @@ class FlashInferInstance final : public BackendInstance {
 
   // Every layer in turn over its own cache, on the one plan (each layer's output is the batch's;
   // the last one's is what fetch() reads).
-  void run() override {
-    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer();
+  void run() override { run_layers(true); }
+  void run_attention() override { run_layers(false); }
+
+  void run_layers(bool write) {
+    for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) run_layer(write);
     layer_ = 0;
   }
 
-  void run_layer() {
+  void run_layer(bool write) {
     const AttentionSpec& s = batch_.spec;
     // The layer's hyper-parameters must be the planned ones (infer_global_hyperparameters).
     flashinfer::check_hyperparameters(hyper_, flashinfer::hyperparameters_of(s));
-    write_cache(step_.k_new.data(), step_.v_new.data());
+    if (write) write_cache(step_.k_new.data(), step_.v_new.data());
     for (const Pass& p : passes_) run_pass(p);
     if (cascade_.use) {
       // O = merge(level 0: the shared prefix, in one slot per kv split; level 1: each request's own
@@ -177,8 +180,9 @@ class FlashInferInstance final : public BackendInstance {
     }
   }
 
+  void poison_outputs() override { step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_); }
   void poison() override {
-    step_.poison_outputs(batch_.spec, batch_.num_tokens(), stream_);
+    poison_outputs();
     for (layer_ = 0; layer_ < step_.caches.size(); ++layer_) write_cache(step_.nan_kv.data(), step_.nan_kv.data());
     layer_ = 0;
   }

@@ -172,7 +172,11 @@ class FlashMlaInstance final : public BackendInstance {
 
   // Every layer in turn over its own cache, on the one schedule (each layer's output is the
   // batch's; the last one's is what fetch() reads).
-  void run() override {
+  void run() override { run_layers(true); }
+  // kernel_only: run() writes the caches once already, so both time the kernel alone.
+  void run_attention() override { run_layers(false); }
+
+  void run_layers(bool write) {
     if (kernel_only_) {
       // Caches and q' once, as the whole path would leave them: the kernel reads real values.
       for (layer_ = 0; layer_ < caches_.size(); ++layer_) {
@@ -184,12 +188,12 @@ class FlashMlaInstance final : public BackendInstance {
       absorbed_ = true;
       return;
     }
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer();
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) run_layer(write);
     layer_ = 0;
   }
 
-  void run_layer() {
-    write_cache(latent_.data());
+  void run_layer(bool write) {
+    if (write) write_cache(latent_.data());
     absorb_q();
     run_decode_kernel();
     up_project_o();
@@ -213,6 +217,13 @@ class FlashMlaInstance final : public BackendInstance {
   }
 
   void poison() override {
+    poison_outputs();
+    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_latent_.data());
+    layer_ = 0;
+  }
+
+  // O and LSE, and the decode's intermediates (a step that skipped one would show).
+  void poison_outputs() override {
     const AttentionSpec& s = batch_.spec;
     const int64_t rows = batch_.num_tokens() * s.num_q_heads, decode_rows = decode_tokens() * s.num_q_heads;
     launch_fill_nan(o_.data(), rows * s.mla.v_head_dim, s.dtype, stream_);
@@ -220,8 +231,6 @@ class FlashMlaInstance final : public BackendInstance {
     launch_fill_nan(o_latent_.data(), decode_rows * s.mla.kv_lora_rank, DType::f32, stream_);
     launch_fill_nan(o32_.data(), decode_rows * s.mla.v_head_dim, DType::f32, stream_);
     launch_fill_nan(q_abs_.data(), decode_rows * s.mla.latent_dim(), s.dtype, stream_);
-    for (layer_ = 0; layer_ < caches_.size(); ++layer_) write_cache(nan_latent_.data());
-    layer_ = 0;
   }
 
   void synchronize() override { stream_.synchronize(); }
