@@ -143,6 +143,8 @@ TARGETS_10 = [
 ATTENTION_ALONE = [
     ("prefill 2 x 4k hd128 / cuDNN, attention alone", "cudnn", ("prefill_attn",), 1.0),
     ("prefill 8 x 1k / cuDNN, attention alone", "cudnn", ("prefill_1k_attn",), 0.9),
+    ("decode 256 x 1k 64q/8kv / copy, attention alone", "copy", ("decode_gqa8_attn",), 0.95),
+    ("2-token decode 16 x 2 @ 4k / copy, attention alone", "copy", ("decode_2tok_attn",), 0.9),
     ("mixed step / its parts apart, attention alone", "parts", ("mixed_attn", "mixed_decodes_attn", "mixed_prefills_attn"),
      0.9),
 ]
