@@ -264,6 +264,7 @@ TEST_F(CliTest, TimedAttentionRowsSayWhatTheySampled) {
   ASSERT_EQ(r.code, 0) << r.output;
   r = run_cli(quick + "--timed attention -o " + alone);
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: 1 row timed the attention alone (--timed attention)"), std::string::npos) << r.output;
   const attn::ResultRow a = attn::read_csv(step).at(0), b = attn::read_csv(alone).at(0);
   EXPECT_EQ(a.timed, "step");
   EXPECT_EQ(b.timed, "attention");

@@ -116,6 +116,13 @@ int run_verb(const RunArgs& a) {
     fmt::print("\nSpeed side by side (each backend's median time / the fastest one's on the batch; ~: within noise)\n{}",
                speed);
   for (const std::string& n : auto_notes) fmt::print("note: backend {}\n", n);
+  // The times say what they are: a row timed as the attention alone is not the step a serving
+  // engine runs (the `timed` column of the results files says it per row).
+  const long attention_alone = std::count_if(rows.begin(), rows.end(),
+                                             [](const ResultRow& r) { return r.samples > 0 && r.timed == "attention"; });
+  if (attention_alone > 0)
+    fmt::print("note: {} {} the attention alone (--timed attention): no cache write in the samples, as the torch "
+               "peers are timed\n", attention_alone, attention_alone == 1 ? "row timed" : "rows timed");
   for (const ResultRow& r : rows) {
     if (!r.deterministic) fmt::print("note: {} on {}: two runs differ bitwise\n", r.backend, r.scenario);
     if (!r.batch_invariant) {
