@@ -783,6 +783,10 @@ TEST(ReportMarkdown, CpuThroughputKeepsThreeSignificantDigits) {
   // Each timed row's spread and sample count, so two rows' difference can be judged against it.
   gpu.stdev_time_us = 0.045;
   EXPECT_NE(results_markdown({gpu}).find("| 91% | ±1.3% of 10 |"), std::string::npos) << results_markdown({gpu});
+  // A row timed as the attention alone says so, in its cell and in the header.
+  gpu.timed = "attention";
+  EXPECT_NE(results_markdown({gpu}).find("| 3.46 (attention) | 571.1 |"), std::string::npos) << results_markdown({gpu});
+  EXPECT_NE(results_markdown({gpu}).find(" · 1 row timed as the attention alone"), std::string::npos);
   EXPECT_EQ(figure_text(0.0123, 1), "0.0123");
   EXPECT_EQ(figure_text(12.345, 1), "12.3");
   EXPECT_EQ(figure_text(0, 0), "0");

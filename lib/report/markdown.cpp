@@ -35,7 +35,11 @@ std::string accuracy_text(const ResultRow& r) {
   return r.floor_rel_l2 > 0 ? fmt::format("{:.2f} x floor", r.err_over_floor) : fmt::format("rel_l2 {:.2e}", r.rel_l2);
 }
 
-std::string time_text(const ResultRow& r) { return timed(r) ? figure_text(r.median_time_us, 2) : "-"; }
+// A row timed as the attention alone (`run --timed attention`) says so beside its time.
+std::string time_text(const ResultRow& r) {
+  if (!timed(r)) return "-";
+  return figure_text(r.median_time_us, 2) + (r.timed == "attention" ? " (attention)" : "");
+}
 
 // How far a timed row's samples spread, beside how many there were: a reader judges a difference
 // between two rows against it ("±1.2% of 30"; "of 1" where one sample gives no spread).
@@ -94,6 +98,9 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
     const auto it = std::find_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return !(r.*field).empty(); });
     if (it != rows.end()) out += " · " + (*it).*field;
   }
+  const auto attention = std::count_if(rows.begin(), rows.end(), [](const ResultRow& r) { return timed(r) && r.timed == "attention"; });
+  if (attention > 0)
+    out += fmt::format(" · {} timed as the attention alone, without the cache write", count_of(static_cast<int>(attention), "row"));
   out += "\n";
 
   std::vector<std::string> backends;
