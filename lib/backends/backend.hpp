@@ -76,7 +76,7 @@ class BackendInstance {
   // paged cache), then its attention.
   virtual void run() = 0;
   // The step's attention alone, every layer's, over the caches as the last run() left them: after
-  // a run() it writes the same output again, with the same launches but the cache writes (what a
+  // a run() it writes the same output again, with the step's launches less the cache writes (what a
   // peer kernel that writes no cache is timed on).
   virtual void run_attention() = 0;
   // NaN into every output element and into the cache slots of the new tokens, so an
