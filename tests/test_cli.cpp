@@ -512,6 +512,26 @@ TEST(CliSweep, BadSweepFilesNameFileLineAndKey) {
   std::filesystem::remove_all(dir);
 }
 
+// sweep --timed, as run --timed: the rows say what they sampled, and a resume that would time the
+// other part is refused (the stored rows are no longer this sweep's).
+TEST(CliSweep, TimedAttentionRowsAndTheResumeCheck) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attn_sweep_timed_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string csv = (dir / "t.csv").string();
+  const std::string quick = "sweep " + scenario("sweeps/cpu_quick.toml") + " --shard 0/12 -q --iterations 1 --warmup 0 ";
+  Result r = run_cli(quick + "--timed attention -o " + csv);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<ResultRow> rows = read_csv(csv);
+  ASSERT_FALSE(rows.empty());
+  for (const ResultRow& row : rows) EXPECT_EQ(row.timed, "attention") << row.scenario;
+  r = run_cli(quick + "--resume -o " + csv);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("timed"), std::string::npos) << r.output;
+  EXPECT_EQ(run_cli(quick + "--timed attention --resume -o " + csv).code, 0);
+  EXPECT_EQ(run_cli(quick + "--timed kernel -o " + (dir / "u.csv").string()).code, 2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliPlot, FourFiguresInPngAndSvgWithTheirSeries) {
   if (std::system(ATTN_TEST_PLOT_PYTHON " -c 'import matplotlib' 2>/dev/null") != 0)
     GTEST_SKIP() << ATTN_TEST_PLOT_PYTHON << " has no matplotlib (Debian's python3-matplotlib; scripts/setup.sh installs it)";

@@ -35,6 +35,7 @@ struct SweepArgs {
   bool list = false, resume = false, quiet = false, validate_only = false;
   std::optional<int> iterations, warmup;
   std::optional<double> host_timeout;
+  std::string timed;  // step | attention; empty: the sweep's [run] timed
   std::optional<int64_t> check_sample;
   std::vector<std::string> sets;  // --set KEY=VALUE on every case's scenario
   std::vector<ScenarioOverride> overrides() const {
@@ -246,6 +247,7 @@ int run_on_devices(const SweepArgs& a) {
     if (a.iterations) args.insert(args.end(), {"--iterations", std::to_string(*a.iterations)});
     if (a.warmup) args.insert(args.end(), {"--warmup", std::to_string(*a.warmup)});
     if (a.host_timeout) args.insert(args.end(), {"--host-timeout", format_double(*a.host_timeout)});
+    if (!a.timed.empty()) args.insert(args.end(), {"--timed", a.timed});
     if (a.validate_only) args.push_back("--validate-only");
     if (a.check_sample) args.insert(args.end(), {"--check-sample", std::to_string(*a.check_sample)});
     for (const std::string& s : a.sets) args.insert(args.end(), {"--set", s});
@@ -337,6 +339,8 @@ int run_sweep(const SweepArgs& a) {
   opts.iterations = a.iterations;
   opts.warmup = a.warmup;
   opts.host_timeout_s = a.host_timeout;
+  if (a.timed == "step") opts.timed = TimedPart::step;
+  if (a.timed == "attention") opts.timed = TimedPart::attention;
   opts.time = !a.validate_only;
   opts.check_sample = a.check_sample;
 
@@ -443,6 +447,9 @@ void add_sweep(CLI::App& app, Commands& c) {
                   "Seconds of samples per host (cpu) row, as run --host-timeout (overrides the sweep's [run] "
                   "host_timeout; default 5; 0: every iteration runs)")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--timed", a->timed,
+                  "What each sample runs, as run --timed (overrides the sweep's [run] timed): step or attention")
+      ->check(CLI::IsMember({"step", "attention"}));
   cmd->add_flag("--validate-only", a->validate_only, "Check every case, time none");
   cmd->add_option("--check-sample", a->check_sample,
                   "Check at most N (request, head) pairs per case against the reference (0 = all)")
