@@ -529,6 +529,16 @@ TEST(CliSweep, TimedAttentionRowsAndTheResumeCheck) {
   EXPECT_NE(r.output.find("timed"), std::string::npos) << r.output;
   EXPECT_EQ(run_cli(quick + "--timed attention --resume -o " + csv).code, 0);
   EXPECT_EQ(run_cli(quick + "--timed kernel -o " + (dir / "u.csv").string()).code, 2);
+  // --devices hands it to every shard process.
+  const std::string tiny = (dir / "tiny.toml").string();
+  std::ofstream(tiny) << "name = \"tiny\"\n[base]\npreset = \"llama3-8b\"\n[axes]\nnum_requests = [1, 2]\n"
+                         "context_len = [16]\nbackend = [\"cpu\"]\n[run]\niterations = 1\nwarmup = 0\n";
+  const std::string merged = (dir / "m.csv").string();
+  r = run_cli("sweep " + tiny + " -q --timed attention --devices 0,1 -o " + merged);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<ResultRow> both = read_csv(merged);
+  ASSERT_EQ(both.size(), 2u);
+  for (const ResultRow& row : both) EXPECT_EQ(row.timed, "attention") << row.scenario << " (shard " << row.shard << ")";
   std::filesystem::remove_all(dir);
 }
 
