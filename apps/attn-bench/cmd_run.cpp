@@ -67,8 +67,7 @@ int run_verb(const RunArgs& a) {
   if (a.cold_l2) opts.cold_l2 = true;
   if (a.no_cold_l2) opts.cold_l2 = false;
   if (a.cuda_graph) opts.cuda_graph = true;
-  if (a.timed == "step") opts.timed = TimedPart::step;
-  if (a.timed == "attention") opts.timed = TimedPart::attention;
+  opts.timed = timed_part_named(a.timed);  // empty: the scenario's [run] timed
   opts.read_floor = !a.no_read_floor;
   if (a.cascade == "on") opts.cascade = CascadeMode::on;
   if (a.cascade == "off") opts.cascade = CascadeMode::off;
@@ -118,8 +117,8 @@ int run_verb(const RunArgs& a) {
   for (const std::string& n : auto_notes) fmt::print("note: backend {}\n", n);
   // The times say what they are: a row timed as the attention alone is not the step a serving
   // engine runs (the `timed` column of the results files says it per row).
-  const long attention_alone = std::count_if(rows.begin(), rows.end(),
-                                             [](const ResultRow& r) { return r.samples > 0 && r.timed == "attention"; });
+  const long attention_alone =
+      std::count_if(rows.begin(), rows.end(), [](const ResultRow& r) { return r.samples > 0 && r.timed == "attention"; });
   if (attention_alone > 0)
     fmt::print("note: {} {} the attention alone (--timed attention): no cache write in the samples, as the torch "
                "peers are timed\n", attention_alone, attention_alone == 1 ? "row timed" : "rows timed");

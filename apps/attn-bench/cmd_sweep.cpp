@@ -339,8 +339,7 @@ int run_sweep(const SweepArgs& a) {
   opts.iterations = a.iterations;
   opts.warmup = a.warmup;
   opts.host_timeout_s = a.host_timeout;
-  if (a.timed == "step") opts.timed = TimedPart::step;
-  if (a.timed == "attention") opts.timed = TimedPart::attention;
+  opts.timed = timed_part_named(a.timed);  // empty: the sweep's [run] timed
   opts.time = !a.validate_only;
   opts.check_sample = a.check_sample;
 

@@ -804,7 +804,7 @@ void parse_run(const std::string& file, const toml::table* tbl, RunConfig& run) 
   if (const auto f = r.boolean("cold_l2")) run.cold_l2 = f->value;
   if (const auto f = r.boolean("cuda_graph")) run.cuda_graph = f->value;
   if (const auto f = r.choice("timed", {"step", "attention"}, "unknown timed part"))
-    run.timed = f->value == "attention" ? TimedPart::attention : TimedPart::step;
+    run.timed = *timed_part_named(f->value);
   if (const auto f = r.integer_in("num_layers", 1, "must be >= 1")) run.num_layers = static_cast<int>(f->value);
   if (const auto f = r.choice("cascade", {"auto", "on", "off"}, "unknown cascade mode")) {
     run.cascade = f->value == "on" ? CascadeMode::on : f->value == "off" ? CascadeMode::off : CascadeMode::auto_;

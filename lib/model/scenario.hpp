@@ -97,6 +97,12 @@ enum class CascadeMode { auto_, on, off };
 // (BackendInstance::run_attention), which is what the torch peers' kernels do: they write no cache.
 enum class TimedPart { step, attention };
 inline const char* to_string(TimedPart p) { return p == TimedPart::attention ? "attention" : "step"; }
+// The part a name ("step", "attention") says; nullopt for any other text.
+inline std::optional<TimedPart> timed_part_named(std::string_view name) {
+  if (name == "step") return TimedPart::step;
+  if (name == "attention") return TimedPart::attention;
+  return std::nullopt;
+}
 
 struct RunConfig {
   std::vector<std::string> backends{"auto"};

@@ -98,9 +98,11 @@ std::string results_markdown(const std::vector<ResultRow>& rows, int top) {
     const auto it = std::find_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return !(r.*field).empty(); });
     if (it != rows.end()) out += " · " + (*it).*field;
   }
-  const auto attention = std::count_if(rows.begin(), rows.end(), [](const ResultRow& r) { return timed(r) && r.timed == "attention"; });
+  const auto attention =
+      std::count_if(rows.begin(), rows.end(), [](const ResultRow& r) { return timed(r) && r.timed == "attention"; });
   if (attention > 0)
-    out += fmt::format(" · {} timed as the attention alone, without the cache write", count_of(static_cast<int>(attention), "row"));
+    out += fmt::format(" · {} timed as the attention alone, without the cache write",
+                       count_of(static_cast<int>(attention), "row"));
   out += "\n";
 
   std::vector<std::string> backends;

@@ -24,8 +24,8 @@ struct TimingOptions {
   // seconds per call: 10 + 50 calls would be minutes. 0: no budget (every call runs). The row's
   // `samples` says how many ran. Device rows always take every call (they are microseconds).
   double host_timeout_s = 5.0;
-  // cuda_graph: after the samples, poison() the instance and replay the timed graph once more
-  // (attention: run() to rewrite the caches poison() NaNs, then poison_outputs()); Timing::graph_output
+  // cuda_graph: after the samples, poison() the instance (attention: run(), then poison_outputs(),
+  // since that graph writes no cache) and replay the timed graph once more; Timing::graph_output
   // holds what it wrote (fetch()), for the caller to check.
   bool replay_for_check = false;
 };
@@ -49,8 +49,8 @@ Timing time_instance(BackendInstance& inst, const TimingOptions& opts);
 // What one sample runs: inst.run() or inst.run_attention() (opts.part).
 void run_timed_part(BackendInstance& inst, TimedPart part);
 #if defined(ATTN_WITH_CUDA)
-// CUDA events on inst.stream(); cold_l2 flushes L2 before each sample; cuda_graph captures
-// run() once and times graph replays. Defined in timing_cuda.cpp.
+// CUDA events on inst.stream(); cold_l2 flushes L2 before each sample; cuda_graph captures one
+// sample (run_timed_part) once and times graph replays. Defined in timing_cuda.cpp.
 Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts);
 #endif
 

@@ -106,10 +106,11 @@ Timing time_device_instance(BackendInstance& inst, const TimingOptions& opts) {
 
   Timing t = summarize_samples(std::move(samples));
   if (graph.exec && opts.replay_for_check) {
-    inst.poison();
-    if (opts.part == TimedPart::attention) {  // the graph writes no cache: the step's, then NaN O
+    if (opts.part == TimedPart::attention) {  // the graph writes no cache: the step's caches, NaN O
       inst.run();
       inst.poison_outputs();
+    } else {
+      inst.poison();
     }
     ATTN_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream));
     t.graph_output = inst.fetch();
