@@ -42,9 +42,10 @@ using namespace attn::kern;
 // One tile: rows m_block * kBlockM .. of sequence `seq`, kv head `kvh`, split blockIdx.z.
 // kE5m2: the format of an fp8 cache (e5m2, else e4m3; unused for a 16-bit cache).
 // wait_new_keys: the kernel ahead (the step's cache write) may still run; see wait_for_new_keys.
+// fused_write (decode tiling): the step's cache write is this kernel's (FlashAttnParams::fused_cache_write).
 template <class Tr, bool kE5m2>
 __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* smem, int seq, int m_block, int kvh,
-                                            bool wait_new_keys) {
+                                            bool wait_new_keys, bool fused_write = false) {
   using Element = typename Tr::Element;
   constexpr int D = Tr::kHeadDim;
   constexpr int kBlockM = Tr::kBlockM;
@@ -150,6 +151,22 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     return (static_cast<int64_t>(entry) * p.kv_block_stride + static_cast<int64_t>(kvh) * p.kv_head_stride +
             static_cast<int64_t>(slot) * p.kv_token_stride) * kElemBytes;
   };
+  // The fused cache write (fused_write, a 16-bit cache of the model dtype): a chunk of a new key's
+  // row (key >= pos_base) comes from the step's K/V input, and the same 16 bytes go to its cache
+  // chunk at `off` (bytes from the cache base, its column included). True where it took the chunk.
+  auto fused_chunk = [&](uint8_t* dk, int key, int cb, int64_t off) {
+    if (!Tr::kDecode || kFp8 || !fused_write || key < pos_base || off < 0) return false;
+    const int64_t in = (static_cast<int64_t>(q_start + key - pos_base) * p.new_kv_stride + static_cast<int64_t>(kvh) * D) *
+                           kElemBytes + cb;
+    const uint8_t* k_in = static_cast<const uint8_t*>(p.k_new) + in;
+    const uint8_t* v_in = static_cast<const uint8_t*>(p.v_new) + in;
+    cp_async_16(dk, k_in, true);
+    cp_async_16(dk + Tr::kKvTileBytes, v_in, true);
+    // The cache is the attention's input everywhere else; here the step's write lands in it.
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) = *reinterpret_cast<const uint4*>(k_in);
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + off) = *reinterpret_cast<const uint4*>(v_in);
+    return true;
+  };
   // row_off: lane_offset of the tile (kLaneRows only).
   auto load_kv = [&](int n_tile, int stage, int64_t row_off) {
     const int key0 = n_tile * kBlockN;
@@ -163,6 +180,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       if constexpr (kLaneRows) {
         const int64_t off =
             __shfl_sync(0xffffffffu, row_off, i * kRowsPerPass + (kRowChunks < 32 ? lane / kRowChunks : 0));
+        if (fused_chunk(dk, key0 + r, cb, off >= 0 ? off + cb : -1)) continue;
         const int64_t src = (off >= 0 ? off : 0) + cb;
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + src, off >= 0);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + src, off >= 0);
@@ -176,6 +194,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         const int slot = kk - blk_idx * bs;
         const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
                                 kElemBytes + static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes + cb;
+        if (fused_chunk(dk, key, cb, valid ? off : -1)) continue;
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
       }
@@ -630,7 +649,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) flash_fwd_ker
       return;
     }
   }
-  attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh, deferred);
+  attend_tile<Tr, kE5m2>(p, smem, seq, m_block, kvh, deferred, Tr::kDecode && p.fused_cache_write != 0);
   if (deferred) pdl_wait_for_producer();  // no CTA finishes before the kernel ahead (a split without new keys)
   ATTN_FA_CTA_TRACE_AT(kCtaEnd);
 }

@@ -11,6 +11,7 @@
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/device.hpp"
 #include "core/device_upload.hpp"
+#include "core/env.hpp"
 #include "core/device_cache.hpp"
 #include "kernels/cache/cache_launch.hpp"
 #include "kernels/common/merge_launch.hpp"
@@ -82,9 +83,19 @@ class FlashAttnInstance final : public BackendInstance {
 
   void run_layer(bool write) {
     const AttentionSpec& s = batch_.spec;
-    if (write) write_cache(step_.k_new.data(), step_.v_new.data());
+    // A pass of decodes alone on the decode tiling writes the step's new keys itself as it reads
+    // them (FlashAttnParams::fused_cache_write): no write kernel, and no launch, ahead of it.
+    const bool fused = write && fused_cache_write();
+    if (write && !fused) write_cache(step_.k_new.data(), step_.v_new.data());
 
     FlashAttnParams p = base_params();
+    if (fused) {
+      p.fused_cache_write = 1;
+      p.after_cache_write = 0;
+      p.k_new = step_.k_new.data();
+      p.v_new = step_.v_new.data();
+      p.new_kv_stride = int64_t{s.num_kv_heads} * s.head_size_qk;
+    }
     if (schedule_.cascade) {
       // Prefix: every query token against the shared blocks (block-table row 0), no mask.
       FlashAttnParams pre = p;
@@ -164,6 +175,16 @@ class FlashAttnInstance final : public BackendInstance {
       prefix_meta_.upload_async(prefix_host_.data(), 3 * sizeof(int32_t), stream_);
       if (!pre.empty()) prefix_tiles_.upload_async(pre.data(), pre.size() * sizeof(int32_t), stream_);
     }
+  }
+
+  // The step's cache write inside the attention: one pass (no cascade) on the mma.sync decode tiling
+  // over a cache of the model dtype, whose rows the kernel copies as they are.
+  // ATTN_FA_FUSED_DECODE_WRITE=0 keeps the write kernel ahead (A/B timing in one binary).
+  bool fused_cache_write() const {
+    static const bool enabled = ab_switch_on("ATTN_FA_FUSED_DECODE_WRITE");
+    const FlashAttnTiling& t = schedule_.main.tiling;
+    return enabled && !schedule_.cascade && t.decode && !flash_attn_uses_sm90(config_, t) &&
+           batch_.spec.kv_cache_dtype == batch_.spec.dtype && batch_.spec.head_size_qk == batch_.spec.head_size_v;
   }
 
   void write_cache(const void* k, const void* v) {
