@@ -154,6 +154,20 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   // The fused cache write (fused_write, a 16-bit cache of the model dtype): a chunk of a new key's
   // row (key >= pos_base) comes from the step's K/V input, and the same 16 bytes go to its cache
   // chunk at `off` (bytes from the cache base, its column included). True where it took the chunk.
+  // The cache is the attention's input everywhere else; here the step's write lands in it. The
+  // thread loads the chunk into registers and stores it a tile later (flush_new_chunk), so that no
+  // thread waits for the load under its tile's products; a second chunk while one is pending (more
+  // than 8 new keys at head size 128) is stored at once.
+  uint4 new_k{}, new_v{};
+  int64_t new_off = -1;
+  auto store_new_chunk = [&](int64_t off, const uint4& k, const uint4& v) {
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) = k;
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + off) = v;
+  };
+  auto flush_new_chunk = [&] {
+    if (new_off >= 0) store_new_chunk(new_off, new_k, new_v);
+    new_off = -1;
+  };
   auto fused_chunk = [&](uint8_t* dk, int key, int cb, int64_t off) {
     if (!Tr::kDecode || kFp8 || !fused_write || key < pos_base || off < 0) return false;
     const int64_t in = (static_cast<int64_t>(q_start + key - pos_base) * p.new_kv_stride + static_cast<int64_t>(kvh) * D) *
@@ -162,9 +176,13 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     const uint8_t* v_in = static_cast<const uint8_t*>(p.v_new) + in;
     cp_async_16(dk, k_in, true);
     cp_async_16(dk + Tr::kKvTileBytes, v_in, true);
-    // The cache is the attention's input everywhere else; here the step's write lands in it.
-    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) = *reinterpret_cast<const uint4*>(k_in);
-    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + off) = *reinterpret_cast<const uint4*>(v_in);
+    if (new_off >= 0) {
+      store_new_chunk(off, *reinterpret_cast<const uint4*>(k_in), *reinterpret_cast<const uint4*>(v_in));
+    } else {
+      new_k = *reinterpret_cast<const uint4*>(k_in);
+      new_v = *reinterpret_cast<const uint4*>(v_in);
+      new_off = off;
+    }
     return true;
   };
   // row_off: lane_offset of the tile (kLaneRows only).
@@ -261,6 +279,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
+    if constexpr (Tr::kDecode && !kFp8) flush_new_chunk();  // a new key's chunk loaded a tile ago
     // Wait for tile n_tile, then refill the stage that tile n_tile - 1 used (every warp is done
     // with it after the barrier): one barrier per tile, kStages - 1 tiles in flight under the
     // compute. The decode reads the refill's row addresses from its lanes (entries loaded ahead).
@@ -425,6 +444,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     }
   }
   cp_async_wait<0>();
+  if constexpr (Tr::kDecode && !kFp8) flush_new_chunk();
   ATTN_FA_CTA_TRACE_AT(kCtaMainEnd);
 
   // ---- prefill epilogue: a warp owns whole rows (one warp column), so each quad normalizes its
