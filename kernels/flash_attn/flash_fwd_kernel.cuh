@@ -189,6 +189,38 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   auto load_kv = [&](int n_tile, int stage, int64_t row_off) {
     const int key0 = n_tile * kBlockN;
     uint8_t* dst_k = sKV + (2 * stage) * Tr::kKvTileBytes;
+    // The new keys' tile takes the fused path (a branch per tile, uniform in the CTA); every older
+    // tile runs the plain copies.
+    const bool new_tile = Tr::kDecode && !kFp8 && fused_write && key0 + kBlockN > pos_base;
+    if (new_tile) {
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int c = i * Tr::kThreads + tid;
+        if (kChunksPerTile % Tr::kThreads != 0 && c >= kChunksPerTile) break;
+        const int r = c / kRowChunks, cb = (c % kRowChunks) * 16;
+        uint8_t* dk = dst_k + Tr::kv_offset(r, cb / 16);
+        int64_t off = -1;
+        if constexpr (kLaneRows) {
+          off = __shfl_sync(0xffffffffu, row_off, i * kRowsPerPass + (kRowChunks < 32 ? lane / kRowChunks : 0));
+          off = off >= 0 ? off + cb : -1;
+        } else {
+          const int key = key0 + r;
+          if (key < seq_len) {
+            const int bs_shift = block_shift();
+            const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+            const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / p.block_size;
+            off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride +
+                   (key - blk_idx * p.block_size) * p.kv_token_stride + static_cast<int64_t>(kvh) * p.kv_head_stride) *
+                      kElemBytes + cb;
+          }
+        }
+        if (fused_chunk(dk, key0 + r, cb, off)) continue;
+        const int64_t src = off >= 0 ? off : 0;
+        cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + src, off >= 0);
+        cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + src, off >= 0);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kChunksPerThread; ++i) {
       const int c = i * Tr::kThreads + tid;
@@ -198,7 +230,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
       if constexpr (kLaneRows) {
         const int64_t off =
             __shfl_sync(0xffffffffu, row_off, i * kRowsPerPass + (kRowChunks < 32 ? lane / kRowChunks : 0));
-        if (fused_chunk(dk, key0 + r, cb, off >= 0 ? off + cb : -1)) continue;
         const int64_t src = (off >= 0 ? off : 0) + cb;
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + src, off >= 0);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + src, off >= 0);
@@ -212,7 +243,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         const int slot = kk - blk_idx * bs;
         const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
                                 kElemBytes + static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes + cb;
-        if (fused_chunk(dk, key, cb, valid ? off : -1)) continue;
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
       }
