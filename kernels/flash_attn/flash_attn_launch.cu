@@ -225,7 +225,8 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
     throw RuntimeError("launch_flash_attn_fwd: spec tiles asked for a layer they do not serve (flash_attn_spec_tiles)");
   if (!sm90 && c.head_size_qk != c.head_size_v)
     throw RuntimeError("launch_flash_attn_fwd: head_size_qk != head_size_v needs the sm_90a kernel's tiles (not selected)");
-  if (p.fused_cache_write != 0 && (sm90 || !t.decode || c.kv_dtype != c.dtype || p.after_cache_write != 0))
+  if (p.fused_cache_write != 0 &&
+      (sm90 || !t.decode || c.kv_dtype != c.dtype || p.after_cache_write != 0 || c.head_size_qk < 128))
     throw RuntimeError("launch_flash_attn_fwd: the fused cache write needs the decode tiling over a cache of the model dtype, "
                        "with no write ahead (flash_attn_fused_cache_write)");
   if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))

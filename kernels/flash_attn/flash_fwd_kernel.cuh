@@ -129,6 +129,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   constexpr int kRowsPerPass = kRowChunks < 32 ? 32 / kRowChunks : 1;  // rows of a warp per chunk pass
   constexpr bool kLaneRows = Tr::kDecode && (32 % kRowChunks == 0 || kRowChunks % 32 == 0) &&
                              kChunksPerTile % Tr::kThreads == 0 && kChunksPerThread * kRowsPerPass <= 32;
+  constexpr bool kFusedWrite = Tr::kDecode && !kFp8 && D >= 128;  // FlashAttnParams::fused_cache_write
   const int lane_row = (lane / kRowsPerPass * Tr::kThreads + warp * 32) / kRowChunks + lane % kRowsPerPass;
   const bool lane_has_row = lane < kChunksPerThread * kRowsPerPass;
   auto block_shift = [&] { return (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1; };
@@ -151,39 +152,37 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     return (static_cast<int64_t>(entry) * p.kv_block_stride + static_cast<int64_t>(kvh) * p.kv_head_stride +
             static_cast<int64_t>(slot) * p.kv_token_stride) * kElemBytes;
   };
-  // The fused cache write (fused_write, a 16-bit cache of the model dtype): a chunk of a new key's
-  // row (key >= pos_base) comes from the step's K/V input, and the same 16 bytes go to its cache
-  // chunk at `off` (bytes from the cache base, its column included). True where it took the chunk.
-  // The cache is the attention's input everywhere else; here the step's write lands in it. The
-  // thread loads the chunk into registers and stores it a tile later (flush_new_chunk), so that no
-  // thread waits for the load under its tile's products; a second chunk while one is pending (more
-  // than 8 new keys at head size 128) is stored at once.
-  uint4 new_k{}, new_v{};
-  int64_t new_off = -1;
-  auto store_new_chunk = [&](int64_t off, const uint4& k, const uint4& v) {
-    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) = k;
-    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + off) = v;
-  };
-  auto flush_new_chunk = [&] {
-    if (new_off >= 0) store_new_chunk(new_off, new_k, new_v);
-    new_off = -1;
-  };
+  // The fused cache write (fused_write, a 16-bit cache of the model dtype, head sizes from 128: at 64
+  // its code cost the decode tiling a CTA per SM): a chunk of a new key's
+  // row (key >= pos_base) is copied from the step's K/V input instead of the cache, which does not
+  // hold it yet; store_new_rows puts it there once its tile has landed. True where it took the chunk.
   auto fused_chunk = [&](uint8_t* dk, int key, int cb, int64_t off) {
-    if (!Tr::kDecode || kFp8 || !fused_write || key < pos_base || off < 0) return false;
+    if (!kFusedWrite || !fused_write || key < pos_base || off < 0) return false;
     const int64_t in = (static_cast<int64_t>(q_start + key - pos_base) * p.new_kv_stride + static_cast<int64_t>(kvh) * D) *
                            kElemBytes + cb;
-    const uint8_t* k_in = static_cast<const uint8_t*>(p.k_new) + in;
-    const uint8_t* v_in = static_cast<const uint8_t*>(p.v_new) + in;
-    cp_async_16(dk, k_in, true);
-    cp_async_16(dk + Tr::kKvTileBytes, v_in, true);
-    if (new_off >= 0) {
-      store_new_chunk(off, *reinterpret_cast<const uint4*>(k_in), *reinterpret_cast<const uint4*>(v_in));
-    } else {
-      new_k = *reinterpret_cast<const uint4*>(k_in);
-      new_v = *reinterpret_cast<const uint4*>(v_in);
-      new_off = off;
-    }
+    cp_async_16(dk, static_cast<const uint8_t*>(p.k_new) + in, true);
+    cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_new) + in, true);
     return true;
+  };
+  // The new keys of tile n_tile (in shared memory at sK / sV, landed) into their cache slots: the
+  // step's write, once per key and kv head (each new key lies in one split's range). A global store
+  // each, no wait; the tile's own products go on.
+  auto store_new_rows = [&](int n_tile, const uint8_t* sK, const uint8_t* sV) {
+    const int key0 = n_tile * kBlockN;
+    const int first = max(pos_base, key0), last = min(seq_len, key0 + kBlockN);
+    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+    for (int c = tid; c < (last - first) * kRowChunks; c += Tr::kThreads) {
+      const int key = first + c / kRowChunks, chunk = c % kRowChunks;
+      const int blk = key / p.block_size;
+      const int64_t off = (static_cast<int64_t>(blocks[blk]) * p.kv_block_stride +
+                           static_cast<int64_t>(key - blk * p.block_size) * p.kv_token_stride +
+                           static_cast<int64_t>(kvh) * p.kv_head_stride) * kElemBytes + chunk * 16;
+      const int so = Tr::kv_offset(key - key0, chunk);
+      *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) =
+          *reinterpret_cast<const uint4*>(sK + so);
+      *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + off) =
+          *reinterpret_cast<const uint4*>(sV + so);
+    }
   };
   // row_off: lane_offset of the tile (kLaneRows only).
   auto load_kv = [&](int n_tile, int stage, int64_t row_off) {
@@ -191,7 +190,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     uint8_t* dst_k = sKV + (2 * stage) * Tr::kKvTileBytes;
     // The new keys' tile takes the fused path (a branch per tile, uniform in the CTA); every older
     // tile runs the plain copies.
-    const bool new_tile = Tr::kDecode && !kFp8 && fused_write && key0 + kBlockN > pos_base;
+    const bool new_tile = kFusedWrite && fused_write && key0 + kBlockN > pos_base;
     if (new_tile) {
 #pragma unroll
       for (int i = 0; i < kChunksPerThread; ++i) {
@@ -309,7 +308,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   for (int n_tile = n_begin; n_tile < n_end; ++n_tile) {
     const int it = n_tile - n_begin;
     const int stage = it % kStages;
-    if constexpr (Tr::kDecode && !kFp8) flush_new_chunk();  // a new key's chunk loaded a tile ago
     // Wait for tile n_tile, then refill the stage that tile n_tile - 1 used (every warp is done
     // with it after the barrier): one barrier per tile, kStages - 1 tiles in flight under the
     // compute. The decode reads the refill's row addresses from its lanes (entries loaded ahead).
@@ -327,6 +325,8 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
 
     const uint8_t* sK = sKV + (2 * stage) * Tr::kKvTileBytes;
     const uint8_t* sV = sK + Tr::kKvTileBytes;
+    if constexpr (kFusedWrite)
+      if (fused_write && n_tile * kBlockN + kBlockN > pos_base) store_new_rows(n_tile, sK, sV);
     const bool need_mask = n_tile < n_plain_lo || n_tile >= n_plain_hi;
 #pragma unroll 1
     for (int sub = 0; sub < Tr::kSubSteps; ++sub) {
@@ -474,7 +474,6 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     }
   }
   cp_async_wait<0>();
-  if constexpr (Tr::kDecode && !kFp8) flush_new_chunk();
   ATTN_FA_CTA_TRACE_AT(kCtaMainEnd);
 
   // ---- prefill epilogue: a warp owns whole rows (one warp column), so each quad normalizes its

@@ -184,7 +184,8 @@ class FlashAttnInstance final : public BackendInstance {
     static const bool enabled = ab_switch_on("ATTN_FA_FUSED_DECODE_WRITE");
     const FlashAttnTiling& t = schedule_.main.tiling;
     return enabled && !schedule_.cascade && t.decode && !flash_attn_uses_sm90(config_, t) &&
-           batch_.spec.kv_cache_dtype == batch_.spec.dtype && batch_.spec.head_size_qk == batch_.spec.head_size_v;
+           batch_.spec.kv_cache_dtype == batch_.spec.dtype && batch_.spec.head_size_qk == batch_.spec.head_size_v &&
+           batch_.spec.head_size_qk >= 128;  // the kernel's kFusedWrite
   }
 
   void write_cache(const void* k, const void* v) {
