@@ -152,10 +152,10 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     return (static_cast<int64_t>(entry) * p.kv_block_stride + static_cast<int64_t>(kvh) * p.kv_head_stride +
             static_cast<int64_t>(slot) * p.kv_token_stride) * kElemBytes;
   };
-  // The fused cache write (fused_write, a 16-bit cache of the model dtype, head sizes from 128: at 64
-  // its code cost the decode tiling a CTA per SM): a chunk of a new key's
-  // row (key >= pos_base) is copied from the step's K/V input instead of the cache, which does not
-  // hold it yet; store_new_rows puts it there once its tile has landed. True where it took the chunk.
+  // The fused cache write (fused_write; a 16-bit cache of the model dtype; head sizes from 128, as at
+  // 64 its code cost the decode tiling a CTA per SM): a chunk of a new key's row (key >= pos_base) is
+  // copied from the step's K/V input instead of the cache, which does not hold it yet; store_new_rows
+  // puts it there once its tile has landed. True where it took the chunk.
   auto fused_chunk = [&](uint8_t* dk, int key, int cb, int64_t off) {
     if (!kFusedWrite || !fused_write || key < pos_base || off < 0) return false;
     const int64_t in = (static_cast<int64_t>(q_start + key - pos_base) * p.new_kv_stride + static_cast<int64_t>(kvh) * D) *
