@@ -124,6 +124,54 @@ TEST(PipelineCheck, StateLeftByTheFirstRunFailsTheRow) {
   EXPECT_NE(r.reason.find("second run"), std::string::npos) << r.reason;
 }
 
+// The cpu backend, except that its step leaves the new tokens' cache slots as poison() left them
+// (NaN) while its output is the step's: what a kernel that writes the cache inside its attention
+// and reads its new keys from the step's input does when it skips the store.
+class StoreSkippingInstance : public BackendInstance {
+ public:
+  explicit StoreSkippingInstance(std::unique_ptr<BackendInstance> inner) : inner_(std::move(inner)) {}
+  void plan() override { inner_->plan(); }
+  void run() override {
+    inner_->run();
+    step_ = inner_->fetch();
+    inner_->poison();  // the slots the store should have filled, NaN again
+    have_step_ = true;
+  }
+  void run_attention() override {
+    inner_->run_attention();
+    have_step_ = false;
+  }
+  void poison() override {
+    inner_->poison();
+    have_step_ = false;
+  }
+  void poison_outputs() override {
+    inner_->poison_outputs();
+    have_step_ = false;
+  }
+  AttentionOutput fetch() override { return have_step_ ? step_ : inner_->fetch(); }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+  AttentionOutput step_;
+  bool have_step_ = false;
+};
+
+// A skipped cache store whose step output is right anyway fails the row: the attention alone over
+// the caches the step wrote is checked too.
+TEST(PipelineCheck, CacheStoreSkippedInsideTheStepFailsTheRow) {
+  const Scenario sc = scenario_from_cli("llama3-8b", "2x1@100,1x8@40", 3);
+  std::vector<std::unique_ptr<Backend>> registry;
+  registry.push_back(std::make_unique<testing::WrappedBackend<StoreSkippingInstance>>(
+      "store_skipping", "cpu, its cache store skipped", make_cpu_backend()));
+  const PipelineResult r = run_scenario(sc, registry, check_only("store_skipping"));
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].status, "fail");
+  EXPECT_TRUE(r.rows[0].deterministic) << "the step alone is right and repeatable";
+  EXPECT_NE(r.rows[0].reason.find("the attention alone over the caches the step wrote"), std::string::npos)
+      << r.rows[0].reason;
+}
+
 // The NaN probe (validate/nan_probe.hpp): a context key's cached K and a new token's K planted NaN
 // must reach exactly the rows that attend them. Both faults below pass the comparison with the reference (they change
 // nothing without a NaN) and fail the probe; without it (--no-nan-probe) they pass.

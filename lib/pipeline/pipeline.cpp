@@ -551,6 +551,24 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
           }
         }
 
+        // The caches the step wrote, read back: the attention alone over them (run_attention) must
+        // give the step's output. A backend that writes its new keys inside its attention kernel
+        // (FLASH_ATTN's decode tiling) reads them from the step's input, so a store it skipped or
+        // misplaced shows only here. Judged as the second run is: bitwise equal, or else valid.
+        if (row.status == to_string(RowStatus::pass)) {
+          inst->poison_outputs();
+          inst->run_attention();
+          inst->synchronize();
+          const AttentionOutput alone = inst->fetch();
+          if (!bitwise_equal(out.o, alone.o)) {
+            const ValidationResult va = validate_output(batch, alone, check_ref, budget);
+            if (!va.pass) {
+              row.status = to_string(RowStatus::fail);
+              row.reason = "the attention alone over the caches the step wrote: " + va.failure;
+            }
+          }
+        }
+
         // Batch invariance: the first decode and the first prefill request, each run alone.
         if (opts.batch_invariance && batch.num_reqs() > 1) {
           std::vector<int> probe;
