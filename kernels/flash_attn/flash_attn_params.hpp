@@ -73,14 +73,20 @@ struct FlashAttnParams {
   // so the tiles of older keys load before waiting for it; the sm_90a kernel always assumes so.
   // 0: the mma.sync kernel waits for it before reading anything (a GEMM may have written Q, K, V).
   int after_cache_write = 0;
-  // Decode tiling over a cache of the model dtype: 1 = the step's cache write happens here, not in a
-  // kernel ahead (after_cache_write 0). Each CTA takes the rows of the step's new keys (the last
-  // q_len of its sequence) from k_new / v_new instead of the cache, and stores them into their cache
-  // slots as it loads them: each new key of a kv head lies in one split's range, so it is stored once.
+  // 1 = the step's cache write happens in this launch, not in a kernel ahead (a cache of the model
+  // dtype, no cascade). Two kernels do it:
+  // - the decode tiling (after_cache_write 0): each CTA takes the rows of the step's new keys (the
+  //   last q_len of its sequence) from k_new / v_new instead of the cache, and stores them into their
+  //   cache slots once they landed: each new key of a kv head lies in one split's range, so it is
+  //   stored once;
+  // - the sm_90a prefill (sm90::kFusedWrite), for passes whose every sequence starts from scratch
+  //   (seq_len = q_len): every key tile comes from k_new / v_new, and the CTAs copy the step's rows
+  //   into the slots of slot_mapping meanwhile, each a share of them.
   int fused_cache_write = 0;
   const void* k_new;          // [num_tokens, num_kv_heads, head_size] model dtype (fused_cache_write), row stride new_kv_stride
   const void* v_new;          // [num_tokens, num_kv_heads, head_size] model dtype, row stride new_kv_stride
   int64_t new_kv_stride = 0;  // elements between tokens of k_new and v_new
+  const int64_t* slot_mapping = nullptr;  // [num_tokens] cache slot of each token (< 0: none); the sm_90a fused write
   // Decode tiling (flash_attn_cluster_merge): 1 = the num_splits CTAs of a tile run as one thread
   // block cluster and merge their states in the first one's shared memory, which writes O and LSE;
   // o_partial is then unused and no merge_attn_states follows. 0 = splits write partials.

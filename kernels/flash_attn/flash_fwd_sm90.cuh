@@ -66,6 +66,7 @@
 #include <type_traits>
 
 #include "core/env.hpp"
+#include "core/error.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"  // sm90_block_m
 #include "kernels/flash_attn/sm90_trace.cuh"
 #include "kernels/flash_attn/flash_attn_params.hpp"
@@ -102,6 +103,15 @@ template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
 constexpr bool kOverlap = !kFp8 && !kDecodes &&
                            ((kHeadDimV == kHeadDim && (kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256)) ||
                             (kHeadDim == 192 && kHeadDimV == 128));
+// The step's cache write inside a prefill launch (FlashAttnParams::fused_cache_write; the host sets it
+// for passes whose every sequence starts from scratch, over a cache of the model dtype): every key is
+// one of the step's new tokens, so producer warp 0 loads the key tiles from the step's K and V
+// (a tile is one run of tokens there: a bulk copy per 64 dims), and producer warps 1-3, which the
+// page boxes' copies no longer need, copy the CTA's share of the step's K and V rows into their
+// cache slots meanwhile. Nothing in the launch reads a slot it writes, so the write runs under the
+// products instead of ahead of them (8 x 1k: ~17 us of its ~191, docs/PERF_NOTES.md Version 81).
+template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
+constexpr bool kFusedWrite = !kFp8 && !kDecodes && kHeadDimV == kHeadDim;
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
 // take the rest of what the CTA launched with, 65536 / threads rounded down to 8 (168 for 384
 // threads, 128 for 512; setmaxnreg moves registers only within those; asking for more makes
@@ -202,6 +212,10 @@ struct Sm90PageMaps {
   // every query tile of their sequence: streamed at the default policy, the decodes' pages pushed
   // those out of L2 (the mixed step 1.07 x faster; ATTN_FA_DECODE_EVICT_FIRST=0 turns it off).
   int decode_evict_first;
+  // Fused write launches (kFusedWrite) with page maps (box_rows > 0): the step's new K and V as 3-D
+  // maps of [num_tokens, num_kv_heads, head_size], a box 64 dims x kBlockN tokens of one kv head,
+  // landing in the swizzled tile layout as a tile's page boxes do.
+  CUtensorMap k_new, v_new;
 };
 
 // The fields of one of a CTA's first items (Sm90Traits::kItemSlots), in shared memory. w: the work
@@ -255,6 +269,36 @@ __device__ __forceinline__ int pass_offset(int x0, int i) {
   return kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4));
 }
 
+// Producer warps 1-3 of a launch that writes the step's cache (kFusedWrite; thread t of 96): the
+// CTA's share of the write, 16-byte chunks of the step's K rows (and the same of V), a token's kv
+// heads one after another, a chunk of each per thread in flight.
+template <int kChunks, int kHeadDim>
+__device__ __forceinline__ void copy_new_rows(const FlashAttnParams& p, int t) {
+  // The kernel ahead (a GEMM in a serving step) may still write K and V.
+  pdl_wait_for_producer();
+  const int per_token = p.num_kv_heads * kChunks;
+  const int total = p.num_tokens * per_token;
+  const int lo = static_cast<int>(static_cast<int64_t>(total) * blockIdx.x / gridDim.x);
+  const int hi = static_cast<int>(static_cast<int64_t>(total) * (blockIdx.x + 1) / gridDim.x);
+#pragma unroll 1
+  for (int i = lo + t; i < hi; i += 96) {
+    const int tok = i / per_token, rest = i - tok * per_token;
+    const int h = rest / kChunks, c = rest % kChunks;
+    const int64_t in = (static_cast<int64_t>(tok) * p.new_kv_stride + h * kHeadDim) * 2 + c * 16;
+    const uint4 k = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_new) + in));
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_new) + in));
+    // A slot below 2^31 (the backend checks the cache's size): 32-bit divisions.
+    const int64_t slot = p.slot_mapping[tok];
+    if (slot < 0) continue;
+    const uint32_t blk = static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.block_size);
+    const uint32_t in_blk = static_cast<uint32_t>(slot) - blk * static_cast<uint32_t>(p.block_size);
+    const int64_t out = (blk * p.kv_block_stride + in_blk * p.kv_token_stride + h * p.kv_head_stride) * 2 + c * 16;
+    // Streaming stores: nothing in this launch reads the slots (the caches are its output here).
+    __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + out), k);
+    __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + out), v);
+  }
+}
+
 // A CTA runs work items (packed rows m_block * kBlockM .. of a sequence, one kv head, one split):
 // persistent CTAs, one per SM, loop over the list (kPersistent); at head size 256 one CTA runs one
 // item. Semantics and outputs are those of the mma.sync prefill kernel (attend_tile): causal with
@@ -276,7 +320,7 @@ __device__ __forceinline__ int pass_offset(int x0, int i) {
 // without it; docs/PERF_NOTES.md Version 51): prefill launches as sm90_plain_at chooses, head size
 // 128 decode launches as sm90_decode_plain_at does.
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
-          int kKeys = 0, bool kPlainScores = false>
+          int kKeys = 0, bool kPlainScores = false, bool kFusedW = false>
 __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>::kThreads), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashAttnParams p, const __grid_constant__ Sm90PageMaps maps,
                           const __grid_constant__ Sm90Divisors divs) {
@@ -346,6 +390,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   //   the consumers know an item's successor when they start it. (Claimed one item earlier still,
   //   to hide the atomic's latency, the CTAs held an item in reserve and balanced worse: Version 38.)
   const int num_work = p.num_tiles * p.num_kv_heads * p.num_splits;
+  // A launch that writes the step's cache itself (kFusedWrite): producer warp 0 alone fills the
+  // ring, warps 1-3 copy the step's K and V rows into the cache.
+  constexpr bool fused = kFusedW;
+  static_assert(!kFusedW || kFusedWrite<kHeadDim, kHeadDimV, kFp8, kDecodes>, "a fused write: a 16-bit prefill launch");
   // Only decode launches (kDecodes, which serve the mixed passes) claim: the prefill kernels keep
   // fixed rounds and their registers (the ring's waits in their loops made ptxas spill 130 bytes).
   const bool dynamic = kDecodes && kPersistent<kHeadDim> && p.work_counters != nullptr;
@@ -452,10 +500,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // Every producer thread once its cp.async copies landed, plus the thread that issues the
-      // bulk copies (arrive + expected bytes) when there are maps. kFp8Mma: every producer thread
+      // Every producer thread (warp 0's under a fused write) once its cp.async copies landed, plus
+      // the thread that issues the bulk copies (arrive + expected bytes) when there are maps. kFp8Mma: every producer thread
       // once it transposed its rows of V (its bulk copies complete "landed" first).
-      mbar_init(full_bar(s), 128 + (maps.box_rows > 0 && !kFp8Mma ? 1 : 0));
+      mbar_init(full_bar(s), (fused ? 32 : 128) + (maps.box_rows > 0 && !kFp8Mma ? 1 : 0));
       mbar_init(empty_bar(s), 4 * kConsumers);  // every consumer warp, once its MMAs read the stage
       mbar_init(land_bar(s), 1);                // kFp8Mma: the thread announcing the stage's bytes
     }
@@ -485,6 +533,12 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   if (role == 0) {
     // ---- producer: thread t moves 16-byte chunks t, t + 128, ... of every K and V tile ----
     setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8, kDecodes, kFp8Mma>>();
+    if constexpr (kFusedW) {
+      if (warp != 0) {
+        copy_new_rows<kChunks, kHeadDim>(p, ctid - 32);
+        return;
+      }
+    }
     int done = 0;  // key tiles of earlier items: tile u of the CTA uses stage u % kStages
     bool cache_written = false;  // pdl_wait_for_producer returned
     // Boxes per tile by a shift where the box is a power of two slots (a division costs the
@@ -640,6 +694,11 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // in turn would wait for each behind the copies it issued (their asm is a compiler barrier).
     auto src_of = [&](const Item& item, int row, int n_tile) {
       TileSrc t{row, item.kvh, item.seq_len, n_tile, 0};
+      // Fused write: the tile comes from the step's K and V, where key k is token row + k.
+      if (fused) {
+        t.row = item.q_start;
+        return t;
+      }
       const int my_box = lane * 4 + warp;
       if (my_box < boxes_of(t)) {
         int slot;
@@ -650,6 +709,8 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     // Bytes the bulk copies of K (is_v false) or V of t bring: whole boxes of 64 dims (at head
     // size 96 the second one's dims past 96 land as zeros).
     auto bulk_bytes = [&](const TileSrc& t, bool is_v) {
+      if (fused)  // one box of kBlockN tokens per 64 dims, for a whole tile (load_half)
+        return static_cast<uint32_t>(maps.box_rows > 0 && t.seq_len - t.n_tile * kBlockN >= kBlockN ? kBlockN * Tr::kDimPad * 2 : 0);
       return static_cast<uint32_t>(boxes_of(t) * maps.box_rows * (is_v ? Tr::kDimVPad : Tr::kDimPad) * 2);
     };
     // K (is_v false) or V of t into its part of stage `stage` (V kKvBytes after K).
@@ -658,6 +719,32 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       const uint32_t full = full_bar(stage);
       uint8_t* dst = sKV + stage * kStageBytes + (is_v ? kKvBytes : 0);
       const CUtensorMap* map = is_v ? &maps.v : &maps.k;
+      if constexpr (kFusedW) {
+        {
+          // Warp 0 alone: a whole tile is kBlockN consecutive tokens of the step's K or V (one bulk
+          // copy per 64 dims); the last tile of a sequence (or every tile without maps) is gathered
+          // by cp.async, zero-filled past seq_len (the next sequence's rows may hold anything).
+          const int rows = t.seq_len - key0;
+          if (maps.box_rows > 0 && rows >= kBlockN) {
+            if (elect_one_sync()) {
+#pragma unroll
+              for (int cb = 0; cb < Tr::kDimPad / 64; ++cb)
+                tma_load_3d(smem_u32(dst) + cb * kKvBlockBytes, is_v ? &maps.v_new : &maps.k_new, cb * 64, t.kvh,
+                            t.row + key0, full);
+            }
+            return;
+          }
+          const uint8_t* src = static_cast<const uint8_t*>(is_v ? p.v_new : p.k_new) + static_cast<int64_t>(t.kvh) * kHeadDim * 2;
+#pragma unroll 1
+          for (int idx = ctid; idx < kBlockN * kChunks; idx += 32) {
+            const int r = idx / kChunks, chunk = idx % kChunks;
+            const bool valid = r < rows;
+            const int64_t off = static_cast<int64_t>(t.row + (valid ? key0 + r : 0)) * p.new_kv_stride * 2 + chunk * 16;
+            cp_async_16(dst + swizzled(r, chunk, kKvBlockBytes), src + off, valid);
+          }
+          return;
+        }
+      }
       const int n_boxes = boxes_of(t);
       // The warp's boxes are warp + 4 i (lane i holds the block of box warp + 4 i). Each is
       // issued by one elected lane from operands the compiler knows to be warp-uniform (the warp
@@ -1553,6 +1640,40 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = 
   return m;
 }
 
+// The step's new K and V as maps (Sm90PageMaps::k_new) for a launch that writes the cache itself:
+// [num_tokens][num_kv_heads][head_size], token rows new_kv_stride elements apart, a box 64 dims x
+// kBlockN tokens of one kv head, swizzled as the page boxes. Kept across launches as page_maps' are.
+template <int kHeadDim, int kBlockN>
+void new_token_maps(const FlashAttnParams& p, bool fp16, sm90::Sm90PageMaps& m) {
+  if (m.box_rows == 0) return;  // no maps: warp 0 gathers every tile (load_half)
+  if (reinterpret_cast<uintptr_t>(p.k_new) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v_new) % 16 != 0 ||
+      (p.new_kv_stride * 2) % 16 != 0)
+    throw RuntimeError("flash_fwd_sm90: the step's K and V are not 16-byte aligned (fused cache write)");
+  struct Key {
+    const void *k, *v;
+    int num_tokens, num_kv_heads;
+    int64_t stride;
+    bool fp16;
+    bool operator==(const Key& o) const {
+      return k == o.k && v == o.v && num_tokens == o.num_tokens && num_kv_heads == o.num_kv_heads &&
+             stride == o.stride && fp16 == o.fp16;
+    }
+  };
+  static thread_local Key last{};
+  static thread_local CUtensorMap k{}, v{};
+  const Key key{p.k_new, p.v_new, p.num_tokens, p.num_kv_heads, p.new_kv_stride, fp16};
+  if (!(key == last)) {
+    const uint64_t dims[3] = {kHeadDim, static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(std::max(p.num_tokens, 1))};
+    const uint64_t strides[2] = {kHeadDim * 2, static_cast<uint64_t>(p.new_kv_stride) * 2};
+    const uint32_t box[3] = {64, 1, static_cast<uint32_t>(kBlockN)};
+    k = make_tensor_map_16bit(p.k_new, 3, dims, strides, box, fp16, TmaL2Promotion::bytes256);
+    v = make_tensor_map_16bit(p.v_new, 3, dims, strides, box, fp16, TmaL2Promotion::bytes256);
+    last = key;
+  }
+  m.k_new = k;
+  m.v_new = v;
+}
+
 // Whether a launch takes its items head-major (Sm90Divisors::head_major): one CTA per item at head
 // size 256 over a 16-bit cache (2 x 4k 16/16 1.012-1.015 x faster; over an fp8 cache, half the bytes,
 // 0.947 x, so it keeps tile-major). ATTN_FA_SM90_HEAD_MAJOR=0 turns it off. The persistent launches
@@ -1573,12 +1694,13 @@ inline int current_sm_count() {
 }
 
 // Host side of one head size (flash_fwd_sm90_hd<N>.cu): the launch over the SMs.
+// kFusedW: the launch writes the step's cache itself (FlashAttnParams::fused_cache_write).
 template <int kHeadDim, class Element, bool kFp8, bool kE5m2, bool kFp8Mma, bool kDecodes, int kHeadDimV = kHeadDim,
-          int kKeys = 0, bool kPlainScores = false>
+          int kKeys = 0, bool kPlainScores = false, bool kFusedW = false>
 void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   using Tr = sm90::Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDimV, kKeys, kFp8Mma>;
   constexpr auto kernel =
-      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys, kPlainScores>;
+      sm90::flash_fwd_sm90_kernel<kHeadDim, Element, kFp8, kE5m2, kFp8Mma, kDecodes, kHeadDimV, kKeys, kPlainScores, kFusedW>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   (void)configured;
@@ -1592,6 +1714,7 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   sm90::Sm90PageMaps maps = kFp8Mma ? page_maps<kHeadDim, Tr::kBlockN>(p, false, true)
                             : kFp8  ? sm90::Sm90PageMaps{}
                                     : page_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>);
+  if constexpr (kFusedW) new_token_maps<kHeadDim, Tr::kBlockN>(p, std::is_same_v<Element, __half>, maps);
   static const bool decode_evict_first = ab_switch_on("ATTN_FA_DECODE_EVICT_FIRST");
   maps.decode_evict_first = kDecodes && decode_evict_first ? 1 : 0;
   // After the step's cache write, which lets this kernel launch at once (the producer waits for
@@ -1688,6 +1811,20 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
            : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, true>(p, stream);
       return;
     }
+  }
+  // The step's cache write inside the launch (sm90::kFusedWrite): instantiated at head size 128.
+  if (p.fused_cache_write != 0) {
+    if constexpr (kHeadDim == 128) {
+      if (sm90_plain_at<kHeadDim>(p)) {
+        fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, true, true>(p, stream)
+             : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, true, true>(p, stream);
+      } else {
+        fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, false, true>(p, stream)
+             : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, false, true>(p, stream);
+      }
+      return;
+    }
+    throw RuntimeError("flash_fwd_sm90: the fused cache write is built for head size 128 (sm90_fused_write_head_size)");
   }
   if constexpr (kHeadDim == 128 || kHeadDim == 256) {
     if (sm90_plain_at<kHeadDim>(p)) {

@@ -185,6 +185,17 @@ TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
   split.requests = {{8191, 1}, {5000, 1}};
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), split, 7),
                                                two);
+  // Prefills from scratch: on the sm_90a kernel the launch writes the cache itself
+  // (flash_attn_sm90_fused_write), whole key tiles by bulk copies and cut ones gathered; the plain
+  // scores kernel, and the soft cap's in fp16.
+  BatchShape scratch = mixed;
+  scratch.requests = {{0, 1000}, {0, 257}, {0, 128}, {0, 77}};
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), scratch, 7),
+                                               two);
+  AttentionSpec capped = mha_spec(16, 4, 128);
+  capped.logits_soft_cap = 30.0f;
+  capped.dtype = capped.kv_cache_dtype = DType::f16;
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(capped, scratch, 7), two);
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {

@@ -39,6 +39,9 @@ class FlashAttnInstance final : public BackendInstance {
 
     block_table_ = upload_vector(m.block_table);
     seq_lens_ = upload_vector(m.seq_lens);
+    small_cache_ = b.num_blocks * s.block_size < (int64_t{1} << 31);
+    from_scratch_ = m.num_reqs > 0;
+    for (int r = 0; r < m.num_reqs; ++r) from_scratch_ = from_scratch_ && m.seq_lens[r] == m.query_len(r);
     query_start_loc_ = upload_vector(m.query_start_loc);
     if (s.kv_fp8()) {
       k_descale_ = upload_vector(std::vector<float>(static_cast<std::size_t>(m.num_reqs) * s.num_kv_heads, s.k_scale));
@@ -83,8 +86,9 @@ class FlashAttnInstance final : public BackendInstance {
 
   void run_layer(bool write) {
     const AttentionSpec& s = batch_.spec;
-    // A pass of decodes alone on the decode tiling writes the step's new keys itself as it reads
-    // them (FlashAttnParams::fused_cache_write): no write kernel, and no launch, ahead of it.
+    // A pass of decodes alone on the decode tiling, or a prefill from scratch on the sm_90a kernel,
+    // writes the step's new keys itself (FlashAttnParams::fused_cache_write): no write kernel, and
+    // no launch, ahead of it.
     const bool fused = write && fused_cache_write();
     if (write && !fused) write_cache(step_.k_new.data(), step_.v_new.data());
 
@@ -95,6 +99,7 @@ class FlashAttnInstance final : public BackendInstance {
       p.k_new = step_.k_new.data();
       p.v_new = step_.v_new.data();
       p.new_kv_stride = int64_t{s.num_kv_heads} * s.head_size_qk;
+      p.slot_mapping = step_.slot_mapping.as<int64_t>();
     }
     if (schedule_.cascade) {
       // Prefix: every query token against the shared blocks (block-table row 0), no mask.
@@ -152,7 +157,9 @@ class FlashAttnInstance final : public BackendInstance {
 
   bool on_device() const override { return true; }
   void* stream() const override { return static_cast<void*>(stream_.get()); }
-  std::string plan_summary() const override { return schedule_.summary() + (fp8_mma() ? " mma=e4m3" : ""); }
+  std::string plan_summary() const override {
+    return schedule_.summary() + (fp8_mma() ? " mma=e4m3" : "") + (fused_cache_write() ? " write=in-kernel" : "");
+  }
 
  private:
   // Whether a pass runs on fp8 tensor cores (flash_attn_uses_fp8_mma).
@@ -177,15 +184,18 @@ class FlashAttnInstance final : public BackendInstance {
     }
   }
 
-  // The step's cache write inside the attention: one pass (no cascade) on the mma.sync decode tiling
-  // over a cache of the model dtype, whose rows the kernel copies as they are.
-  // ATTN_FA_FUSED_DECODE_WRITE=0 keeps the write kernel ahead (A/B timing in one binary).
+  // The step's cache write inside the attention: one pass (no cascade) over a cache of the model
+  // dtype, whose rows the kernel copies as they are, on the mma.sync decode tiling (passes of decodes
+  // alone, head sizes from 128: its kFusedWrite) or on the sm_90a prefill where every sequence starts
+  // from scratch (flash_attn_sm90_fused_write). ATTN_FA_FUSED_DECODE_WRITE=0 and
+  // ATTN_FA_FUSED_PREFILL_WRITE=0 keep the write kernel ahead (A/B timing in one binary).
   bool fused_cache_write() const {
-    static const bool enabled = ab_switch_on("ATTN_FA_FUSED_DECODE_WRITE");
+    static const bool decodes = ab_switch_on("ATTN_FA_FUSED_DECODE_WRITE");
+    const AttentionSpec& s = batch_.spec;
     const FlashAttnTiling& t = schedule_.main.tiling;
-    return enabled && !schedule_.cascade && t.decode && !flash_attn_uses_sm90(config_, t) &&
-           batch_.spec.kv_cache_dtype == batch_.spec.dtype && batch_.spec.head_size_qk == batch_.spec.head_size_v &&
-           batch_.spec.head_size_qk >= 128;  // the kernel's kFusedWrite
+    if (schedule_.cascade || s.kv_cache_dtype != s.dtype || s.head_size_qk != s.head_size_v) return false;
+    if (flash_attn_uses_sm90(config_, t)) return from_scratch_ && small_cache_ && flash_attn_sm90_fused_write(config_, t);
+    return decodes && t.decode && s.head_size_qk >= 128;
   }
 
   void write_cache(const void* k, const void* v) {
@@ -260,7 +270,9 @@ class FlashAttnInstance final : public BackendInstance {
   double stream_share_ = kH100StreamShare;  // flash_attn_stream_share of the device
   Stream stream_;
   FlashAttnSchedule schedule_;
-  int main_item_tiles_ = 0, prefix_item_tiles_ = 0;  // mean_item_key_tiles of the schedule's passes
+  int main_item_tiles_ = 0, prefix_item_tiles_ = 0;
+  bool from_scratch_ = false;  // every request's keys are its new tokens (seq_len = query_len)
+  bool small_cache_ = false;   // every slot below 2^31 (the sm_90a fused write's 32-bit slot math)  // mean_item_key_tiles of the schedule's passes
   std::vector<int32_t> prefix_host_;
   MhaStepBuffers step_;           // caches, Q/K/V, O and LSE (batch order)
   int layer_ = 0;                 // the layer run() / poison() is at
