@@ -213,8 +213,8 @@ bool flash_attn_cluster_merge(const FlashAttnConfig& c, const FlashAttnTiling& t
 
 bool flash_attn_sm90_fused_write(const FlashAttnConfig& c, const FlashAttnTiling& t) {
   static const bool enabled = ab_switch_on("ATTN_FA_FUSED_PREFILL_WRITE");
-  return enabled && flash_attn_uses_sm90(c, t) && !t.small_seqs && c.kv_dtype == c.dtype && c.head_size_qk == 128 &&
-         c.head_size_v == 128;
+  return enabled && flash_attn_uses_sm90(c, t) && !t.small_seqs && c.kv_dtype == c.dtype &&
+         (c.head_size_qk == 64 || c.head_size_qk == 128) && c.head_size_v == c.head_size_qk;
 }
 
 void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, const FlashAttnTiling& t,
@@ -237,7 +237,7 @@ void launch_flash_attn_fwd(const FlashAttnParams& p, const FlashAttnConfig& c, c
                        "with no write ahead, or the sm_90a prefill");
   if (p.fused_cache_write != 0 && sm90 && (!flash_attn_sm90_fused_write(c, t) || p.slot_mapping == nullptr))
     throw RuntimeError("launch_flash_attn_fwd: the sm_90a fused cache write needs a prefill launch over a cache of the "
-                       "model dtype at head size 128, and the step's slots (flash_attn_sm90_fused_write)");
+                       "model dtype at head size 64 or 128, and the step's slots (flash_attn_sm90_fused_write)");
   if (!sm90 && (p.block_table_indptr != nullptr || p.lse_base2 != 0))
     throw RuntimeError("launch_flash_attn_fwd: CSR block tables and base-2 LSEs need the sm_90a kernel (not selected)");
   if (sm90) {

@@ -125,7 +125,7 @@ bool flash_attn_spec_tiles(const FlashAttnConfig& c);
 
 // Whether the sm_90a prefill launch for `c` and `t` can write the step's cache itself
 // (FlashAttnParams::fused_cache_write, sm90::kFusedWrite): the sm_90a kernel's prefill launch (no
-// decode-sized sequence) over a cache of the model dtype, at head size 128 (the instantiated one).
+// decode-sized sequence) over a cache of the model dtype, at head size 64 or 128 (the instantiated ones).
 // The caller adds what the launch cannot see: one pass whose every sequence starts from scratch.
 // ATTN_FA_FUSED_PREFILL_WRITE=0 turns it off (A/B timing in one binary).
 bool flash_attn_sm90_fused_write(const FlashAttnConfig& c, const FlashAttnTiling& t);

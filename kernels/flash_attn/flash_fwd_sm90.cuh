@@ -271,7 +271,8 @@ __device__ __forceinline__ int pass_offset(int x0, int i) {
 
 // Producer warps 1-3 of a launch that writes the step's cache (kFusedWrite; thread t of 96): the
 // CTA's share of the write, 16-byte chunks of the step's K rows (and the same of V), a token's kv
-// heads one after another, a chunk of each per thread in flight.
+// heads one after another, a chunk of each per thread in flight (two spilled in the producer's 40
+// registers). Indices and slots in 32 bits (the backend checks both fit).
 template <int kChunks, int kHeadDim>
 __device__ __forceinline__ void copy_new_rows(const FlashAttnParams& p, int t) {
   // The kernel ahead (a GEMM in a serving step) may still write K and V.
@@ -287,7 +288,6 @@ __device__ __forceinline__ void copy_new_rows(const FlashAttnParams& p, int t) {
     const int64_t in = (static_cast<int64_t>(tok) * p.new_kv_stride + h * kHeadDim) * 2 + c * 16;
     const uint4 k = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_new) + in));
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_new) + in));
-    // A slot below 2^31 (the backend checks the cache's size): 32-bit divisions.
     const int64_t slot = p.slot_mapping[tok];
     if (slot < 0) continue;
     const uint32_t blk = static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.block_size);
@@ -501,8 +501,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread (warp 0's under a fused write) once its cp.async copies landed, plus
-      // the thread that issues the bulk copies (arrive + expected bytes) when there are maps. kFp8Mma: every producer thread
-      // once it transposed its rows of V (its bulk copies complete "landed" first).
+      // the thread that issues the bulk copies (arrive + expected bytes) when there are maps.
+      // kFp8Mma: every producer thread once it transposed its rows of V (its bulk copies complete
+      // "landed" first).
       mbar_init(full_bar(s), (fused ? 32 : 128) + (maps.box_rows > 0 && !kFp8Mma ? 1 : 0));
       mbar_init(empty_bar(s), 4 * kConsumers);  // every consumer warp, once its MMAs read the stage
       mbar_init(land_bar(s), 1);                // kFp8Mma: the thread announcing the stage's bytes
@@ -720,30 +721,29 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       uint8_t* dst = sKV + stage * kStageBytes + (is_v ? kKvBytes : 0);
       const CUtensorMap* map = is_v ? &maps.v : &maps.k;
       if constexpr (kFusedW) {
-        {
-          // Warp 0 alone: a whole tile is kBlockN consecutive tokens of the step's K or V (one bulk
-          // copy per 64 dims); the last tile of a sequence (or every tile without maps) is gathered
-          // by cp.async, zero-filled past seq_len (the next sequence's rows may hold anything).
-          const int rows = t.seq_len - key0;
-          if (maps.box_rows > 0 && rows >= kBlockN) {
-            if (elect_one_sync()) {
+        // Warp 0 alone: a whole tile is kBlockN consecutive tokens of the step's K or V (one bulk
+        // copy per 64 dims); the last tile of a sequence (or every tile without maps) is gathered
+        // by cp.async, zero past seq_len (the next sequence's rows may hold a NaN key). The loop
+        // is not unrolled: unrolled, ptxas spilled in the producer's 40 registers.
+        const int rows = t.seq_len - key0;
+        if (maps.box_rows > 0 && rows >= kBlockN) {
+          if (elect_one_sync()) {
 #pragma unroll
-              for (int cb = 0; cb < Tr::kDimPad / 64; ++cb)
-                tma_load_3d(smem_u32(dst) + cb * kKvBlockBytes, is_v ? &maps.v_new : &maps.k_new, cb * 64, t.kvh,
-                            t.row + key0, full);
-            }
-            return;
-          }
-          const uint8_t* src = static_cast<const uint8_t*>(is_v ? p.v_new : p.k_new) + static_cast<int64_t>(t.kvh) * kHeadDim * 2;
-#pragma unroll 1
-          for (int idx = ctid; idx < kBlockN * kChunks; idx += 32) {
-            const int r = idx / kChunks, chunk = idx % kChunks;
-            const bool valid = r < rows;
-            const int64_t off = static_cast<int64_t>(t.row + (valid ? key0 + r : 0)) * p.new_kv_stride * 2 + chunk * 16;
-            cp_async_16(dst + swizzled(r, chunk, kKvBlockBytes), src + off, valid);
+            for (int cb = 0; cb < Tr::kDimPad / 64; ++cb)
+              tma_load_3d(smem_u32(dst) + cb * kKvBlockBytes, is_v ? &maps.v_new : &maps.k_new, cb * 64, t.kvh,
+                          t.row + key0, full);
           }
           return;
         }
+        const uint8_t* src = static_cast<const uint8_t*>(is_v ? p.v_new : p.k_new) + static_cast<int64_t>(t.kvh) * kHeadDim * 2;
+#pragma unroll 1
+        for (int idx = ctid; idx < kBlockN * kChunks; idx += 32) {
+          const int r = idx / kChunks, chunk = idx % kChunks;
+          const bool valid = r < rows;
+          const int64_t off = static_cast<int64_t>(t.row + (valid ? key0 + r : 0)) * p.new_kv_stride * 2 + chunk * 16;
+          cp_async_16(dst + swizzled(r, chunk, kKvBlockBytes), src + off, valid);
+        }
+        return;
       }
       const int n_boxes = boxes_of(t);
       // The warp's boxes are warp + 4 i (lane i holds the block of box warp + 4 i). Each is
@@ -1812,8 +1812,13 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
       return;
     }
   }
-  // The step's cache write inside the launch (sm90::kFusedWrite): instantiated at head size 128.
+  // The step's cache write inside the launch (sm90::kFusedWrite): instantiated at head sizes 64 and 128.
   if (p.fused_cache_write != 0) {
+    if constexpr (kHeadDim == 64) {
+      fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, false, true>(p, stream)
+           : launch_flash_fwd_sm90<kHeadDim, __nv_bfloat16, false, false, false, false, kHeadDim, 0, false, true>(p, stream);
+      return;
+    }
     if constexpr (kHeadDim == 128) {
       if (sm90_plain_at<kHeadDim>(p)) {
         fp16 ? launch_flash_fwd_sm90<kHeadDim, __half, false, false, false, false, kHeadDim, 0, true, true>(p, stream)
@@ -1824,7 +1829,7 @@ void run_flash_fwd_sm90(const FlashAttnParams& p, bool fp16, bool fp8, bool fp8_
       }
       return;
     }
-    throw RuntimeError("flash_fwd_sm90: the fused cache write is built for head size 128 (sm90_fused_write_head_size)");
+    throw RuntimeError("flash_fwd_sm90: the fused cache write is built for head sizes 64 and 128 (flash_attn_sm90_fused_write)");
   }
   if constexpr (kHeadDim == 128 || kHeadDim == 256) {
     if (sm90_plain_at<kHeadDim>(p)) {

@@ -39,7 +39,8 @@ class FlashAttnInstance final : public BackendInstance {
 
     block_table_ = upload_vector(m.block_table);
     seq_lens_ = upload_vector(m.seq_lens);
-    small_cache_ = b.num_blocks * s.block_size < (int64_t{1} << 31);
+    small_cache_ = b.num_blocks * s.block_size < (int64_t{1} << 31) &&
+                   b.num_tokens() * s.num_kv_heads * s.head_size_qk / 8 < (int64_t{1} << 31);
     from_scratch_ = m.num_reqs > 0;
     for (int r = 0; r < m.num_reqs; ++r) from_scratch_ = from_scratch_ && m.seq_lens[r] == m.query_len(r);
     query_start_loc_ = upload_vector(m.query_start_loc);
@@ -272,7 +273,7 @@ class FlashAttnInstance final : public BackendInstance {
   FlashAttnSchedule schedule_;
   int main_item_tiles_ = 0, prefix_item_tiles_ = 0;
   bool from_scratch_ = false;  // every request's keys are its new tokens (seq_len = query_len)
-  bool small_cache_ = false;   // every slot below 2^31 (the sm_90a fused write's 32-bit slot math)  // mean_item_key_tiles of the schedule's passes
+  bool small_cache_ = false;   // every slot and 16-byte chunk of the step's K below 2^31 (the sm_90a fused write's 32-bit math)  // mean_item_key_tiles of the schedule's passes
   std::vector<int32_t> prefix_host_;
   MhaStepBuffers step_;           // caches, Q/K/V, O and LSE (batch order)
   int layer_ = 0;                 // the layer run() / poison() is at
