@@ -1666,8 +1666,11 @@ void new_token_maps(const FlashAttnParams& p, bool fp16, sm90::Sm90PageMaps& m) 
     const uint64_t dims[3] = {kHeadDim, static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(std::max(p.num_tokens, 1))};
     const uint64_t strides[2] = {kHeadDim * 2, static_cast<uint64_t>(p.new_kv_stride) * 2};
     const uint32_t box[3] = {64, 1, static_cast<uint32_t>(kBlockN)};
-    k = make_tensor_map_16bit(p.k_new, 3, dims, strides, box, fp16, TmaL2Promotion::bytes256);
-    v = make_tensor_map_16bit(p.v_new, 3, dims, strides, box, fp16, TmaL2Promotion::bytes256);
+    // The page maps' L2 promotion (128 bytes unless ATTN_FA_SM90_PROMOTION_128=0).
+    static const TmaL2Promotion promotion =
+        ab_switch_on("ATTN_FA_SM90_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
+    k = make_tensor_map_16bit(p.k_new, 3, dims, strides, box, fp16, promotion);
+    v = make_tensor_map_16bit(p.v_new, 3, dims, strides, box, fp16, promotion);
     last = key;
   }
   m.k_new = k;
