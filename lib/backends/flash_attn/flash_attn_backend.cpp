@@ -11,8 +11,8 @@
 #include "backends/flash_attn/flash_attn_plan.hpp"
 #include "core/device.hpp"
 #include "core/device_upload.hpp"
-#include "core/env.hpp"
 #include "core/device_cache.hpp"
+#include "core/env.hpp"
 #include "kernels/cache/cache_launch.hpp"
 #include "kernels/common/merge_launch.hpp"
 #include "kernels/flash_attn/flash_attn_launch.hpp"
@@ -271,9 +271,11 @@ class FlashAttnInstance final : public BackendInstance {
   double stream_share_ = kH100StreamShare;  // flash_attn_stream_share of the device
   Stream stream_;
   FlashAttnSchedule schedule_;
-  int main_item_tiles_ = 0, prefix_item_tiles_ = 0;
+  int main_item_tiles_ = 0, prefix_item_tiles_ = 0;  // mean_item_key_tiles of the schedule's passes
   bool from_scratch_ = false;  // every request's keys are its new tokens (seq_len = query_len)
-  bool small_cache_ = false;   // every slot and 16-byte chunk of the step's K below 2^31 (the sm_90a fused write's 32-bit math)  // mean_item_key_tiles of the schedule's passes
+  // Every cache slot and every 16-byte chunk of the step's K below 2^31 (the 32-bit index math of the
+  // sm_90a fused write's copy).
+  bool small_cache_ = false;
   std::vector<int32_t> prefix_host_;
   MhaStepBuffers step_;           // caches, Q/K/V, O and LSE (batch order)
   int layer_ = 0;                 // the layer run() / poison() is at
