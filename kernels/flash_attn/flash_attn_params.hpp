@@ -81,7 +81,8 @@ struct FlashAttnParams {
   //   stored once;
   // - the sm_90a prefill (sm90::kFusedWrite), for passes whose every sequence starts from scratch
   //   (seq_len = q_len): every key tile comes from k_new / v_new, and the CTAs copy the step's rows
-  //   into the slots of slot_mapping meanwhile, each a share of them.
+  //   into the slots of slot_mapping meanwhile, each work item of split 0 the rows of the tokens
+  //   whose first packed row it holds.
   int fused_cache_write = 0;
   const void* k_new;          // [num_tokens, num_kv_heads, head_size] model dtype (fused_cache_write), row stride new_kv_stride
   const void* v_new;          // [num_tokens, num_kv_heads, head_size] model dtype, row stride new_kv_stride

@@ -243,6 +243,11 @@ struct Sm90Divisors {
   // The fp8 tensor-core path: the producer prefetches each item's rows of Q into L2 (on by
   // default; ATTN_FA_SM90_Q_PREFETCH=0 turns it off, for A/B timing).
   int q_prefetch;
+  // A fused write (kFusedWrite): the copy warps store the new rows of the CTA's own items
+  // (copy_item_rows), each once producer warp 0 issued the item's last key tile (2, the default) or
+  // started the item (1); 0 = a 1 / gridDim share of all rows at the launch's start (copy_new_rows).
+  // ATTN_FA_FUSED_WRITE_ITEMS=0|1 for A/B timing (docs/PERF_NOTES.md Version 82).
+  int write_items;
 };
 
 // Byte offset of 16-byte chunk `chunk` (along the head dim) of row `row` in a swizzled tile whose
@@ -269,10 +274,28 @@ __device__ __forceinline__ int pass_offset(int x0, int i) {
   return kRowStep * i * 128 + (x0 ^ (((kRowStep * i) & 7) << 4));
 }
 
-// Producer warps 1-3 of a launch that writes the step's cache (kFusedWrite; thread t of 96): the
-// CTA's share of the write, 16-byte chunks of the step's K rows (and the same of V), a token's kv
-// heads one after another, a chunk of each per thread in flight (two spilled in the producer's 40
-// registers). Indices and slots in 32 bits (the backend checks both fit).
+// Chunk c (16 bytes) of token tok's K and V rows of kv head h, from the step's K and V into the
+// token's cache slot (none where its slot is negative), by streaming stores: nothing in the launch
+// reads the slots (the caches are its output here). Indices and slots in 32 bits (the backend
+// checks both fit).
+template <int kHeadDim>
+__device__ __forceinline__ void copy_row_chunk(const FlashAttnParams& p, int tok, int h, int c) {
+  const int64_t in = (static_cast<int64_t>(tok) * p.new_kv_stride + h * kHeadDim) * 2 + c * 16;
+  const uint4 k = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_new) + in));
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_new) + in));
+  const int64_t slot = p.slot_mapping[tok];
+  if (slot < 0) return;
+  const uint32_t blk = static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.block_size);
+  const uint32_t in_blk = static_cast<uint32_t>(slot) - blk * static_cast<uint32_t>(p.block_size);
+  const int64_t out = (blk * p.kv_block_stride + in_blk * p.kv_token_stride + h * p.kv_head_stride) * 2 + c * 16;
+  __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + out), k);
+  __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + out), v);
+}
+
+// Producer warps 1-3 of a launch that writes the step's cache (kFusedWrite; thread t of 96), with
+// ATTN_FA_FUSED_WRITE_ITEMS=0: the CTA's 1 / gridDim share of the write, 16-byte chunks of the
+// step's K rows (and the same of V), a token's kv heads one after another, a chunk of each per
+// thread in flight (two spilled in the producer's 40 registers).
 template <int kChunks, int kHeadDim>
 __device__ __forceinline__ void copy_new_rows(const FlashAttnParams& p, int t) {
   // The kernel ahead (a GEMM in a serving step) may still write K and V.
@@ -284,19 +307,17 @@ __device__ __forceinline__ void copy_new_rows(const FlashAttnParams& p, int t) {
 #pragma unroll 1
   for (int i = lo + t; i < hi; i += 96) {
     const int tok = i / per_token, rest = i - tok * per_token;
-    const int h = rest / kChunks, c = rest % kChunks;
-    const int64_t in = (static_cast<int64_t>(tok) * p.new_kv_stride + h * kHeadDim) * 2 + c * 16;
-    const uint4 k = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.k_new) + in));
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.v_new) + in));
-    const int64_t slot = p.slot_mapping[tok];
-    if (slot < 0) continue;
-    const uint32_t blk = static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.block_size);
-    const uint32_t in_blk = static_cast<uint32_t>(slot) - blk * static_cast<uint32_t>(p.block_size);
-    const int64_t out = (blk * p.kv_block_stride + in_blk * p.kv_token_stride + h * p.kv_head_stride) * 2 + c * 16;
-    // Streaming stores: nothing in this launch reads the slots (the caches are its output here).
-    __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + out), k);
-    __stcs(reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.v_cache)) + out), v);
+    copy_row_chunk<kHeadDim>(p, tok, rest / kChunks, rest % kChunks);
   }
+}
+
+// The same for one work item's new rows (the default): kv head kvh, tokens t_lo .. t_hi - 1 of
+// the sequence whose first token is q_start; thread t of 96 copies chunks t, t + 96, ...
+template <int kChunks, int kHeadDim>
+__device__ __forceinline__ void copy_item_rows(const FlashAttnParams& p, int t, int kvh, int q_start, int t_lo, int t_hi) {
+  const int n = (t_hi - t_lo) * kChunks;
+#pragma unroll 1
+  for (int i = t; i < n; i += 96) copy_row_chunk<kHeadDim>(p, q_start + t_lo + i / kChunks, kvh, i % kChunks);
 }
 
 // A CTA runs work items (packed rows m_block * kBlockM .. of a sequence, one kv head, one split):
@@ -357,6 +378,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
   auto land_bar = [&](int stage) { return bar_addr + 8 * (2 * kStages + 2 * Tr::kIdSlots + stage); };
   int* sIds = reinterpret_cast<int*>(sKV + kStages * kStageBytes + Tr::kItemSlots * sizeof(Sm90ItemRec) +
                                      8 * (3 * kStages + 2 * Tr::kIdSlots));
+  // A fused write (no ids published: prefill launches never claim): 2 r once producer warp 0 started
+  // its round r, 2 r + 1 once it issued that item's last key tile.
+  volatile int* sProgress = sIds;
 
   const int tid = threadIdx.x;
   const int role = tid / 128;          // 0: producer, 1 + c: consumer c
@@ -475,8 +499,9 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     it.row = p.block_table_indptr ? p.block_table_indptr[it.seq] : it.seq * p.block_table_stride;
     return it;
   };
-  // The CTA's item of `round`, w (item_id): from the shared table where it holds the round.
-  auto item_at = [&](int round, int w) {
+  // The fields of the CTA's item of `round`, w (item_id), tile keys aside: from the shared table
+  // where it holds the round.
+  auto item_fields_at = [&](int round, int w) {
     Item it;
     if (Tr::kItemSlots > 0 && round < Tr::kItemSlots) {
       const int4 a = reinterpret_cast<const int4*>(sItems + round)[0];  // w, seq, row0, q_start
@@ -492,6 +517,10 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     } else {
       it = fields_of(w);
     }
+    return it;
+  };
+  auto item_at = [&](int round, int w) {
+    Item it = item_fields_at(round, w);
     it.tk = tile_keys<kBlockM, kBlockN>(
         p, it.q_len, it.seq_len, it.row0, [&](int n) { return static_cast<int>(divs.group.div(static_cast<uint32_t>(n))); },
         [&](int n) { return static_cast<int>(divs.splits.div(static_cast<uint32_t>(n))); }, it.split);
@@ -512,6 +541,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       mbar_init(id_full_bar(s), 1);                    // the producer thread that publishes the id
       mbar_init(id_empty_bar(s), Tr::kThreads);        // every thread, once it read the id
     }
+    if (fused) *sProgress = 0;
     if (dynamic)
       publish_id(0, front ? static_cast<int>(blockIdx.x) : num_work - 1 - (static_cast<int>(blockIdx.x) - front_ctas));
   }
@@ -536,7 +566,27 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
     setmaxnreg_dec<kProducerRegs<kHeadDim, kFp8, kDecodes, kFp8Mma>>();
     if constexpr (kFusedW) {
       if (warp != 0) {
-        copy_new_rows<kChunks, kHeadDim>(p, ctid - 32);
+        if (!divs.write_items) {
+          copy_new_rows<kChunks, kHeadDim>(p, ctid - 32);
+          return;
+        }
+        // Each (token, kv head) once: the item of split 0 whose packed rows hold the token's first
+        // row stores it, once warp 0 issued the item's last key tile (sProgress), which holds the
+        // item's own tokens (causal, from scratch), so that the copy reads what that bulk copy
+        // brings into L2: one read from DRAM, and the write spread over the launch instead of a
+        // burst at its start (8 x 1k: copying at the item's start ran 1.014 x faster than the
+        // share at the launch's start, and copying here 1.007 x faster again).
+        pdl_wait_for_producer();  // the kernel ahead (a GEMM in a serving step) may still write K and V
+        for (int round = 0;; ++round) {
+          const int w = item_id(round);
+          if (w >= num_work) break;
+          while (*sProgress < 2 * round + (divs.write_items == 2 ? 1 : 0)) __nanosleep(256);
+          const Item it = item_fields_at(round, w);
+          if (it.split != 0) continue;
+          const int lo = max(it.row0, 0), hi = min(it.row0 + kBlockM, it.q_len * G);
+          if (hi > lo)
+            copy_item_rows<kChunks, kHeadDim>(p, ctid - 32, it.kvh, it.q_start, token_of(lo + G - 1), token_of(hi + G - 1));
+        }
         return;
       }
     }
@@ -808,6 +858,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       release_id(round);
       if (w >= num_work) break;
       if (dynamic && ctid == 0) publish_id(round + 1, claim());
+      if (fused && ctid == 0) *sProgress = 2 * round;  // the copy warps may store this item's rows
       const Item item = item_at(round, w);
       const int kvh = item.kvh, seq_len = item.seq_len;
       const int n_begin = item.tk.n_begin, num_tiles = item.tk.n_end - item.tk.n_begin;
@@ -949,6 +1000,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         if (t == 0 && ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceProducerFirst, clock64());
       }
       if (ctid == 0) ATTN_SM90_TRACE_AT(round, kTraceProducerLast, clock64());
+      if (fused && ctid == 0) *sProgress = 2 * round + 1;  // its last tile's copies are issued
       done += num_tiles;
     }
     if constexpr (kFp8) {
@@ -1730,6 +1782,11 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.head_major = sm90_head_major<kHeadDim, kFp8, kDecodes>() ? 1 : 0;
   static const bool q_prefetch = ab_switch_on("ATTN_FA_SM90_Q_PREFETCH");
   divs.q_prefetch = q_prefetch ? 1 : 0;
+  static const int write_items = [] {
+    const char* v = std::getenv("ATTN_FA_FUSED_WRITE_ITEMS");
+    return v == nullptr ? 2 : std::atoi(v);
+  }();
+  divs.write_items = write_items;
   sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
   sm90::trace_after_launch(stream, static_cast<int>(grid.x));

@@ -187,7 +187,8 @@ TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
                                                two);
   // Prefills from scratch: on the sm_90a kernel the launch writes the cache itself
   // (flash_attn_sm90_fused_write), whole key tiles by bulk copies and cut ones gathered; at head size
-  // 128 the plain scores kernel and the soft cap's in fp16, at 64 the three-consumer kernel.
+  // 128 the plain scores kernel and the soft cap's in fp16, at 64 the three-consumer kernel; a group
+  // of 7, whose tokens' packed rows straddle the items (each token stored by one of them).
   BatchShape scratch = mixed;
   scratch.requests = {{0, 1000}, {0, 257}, {0, 128}, {0, 77}};
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), scratch, 7),
@@ -197,6 +198,8 @@ TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
   capped.dtype = capped.kv_cache_dtype = DType::f16;
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(capped, scratch, 7), two);
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 32, 64), scratch, 7),
+                                               two);
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(28, 4, 128), scratch, 7),
                                                two);
 }
 

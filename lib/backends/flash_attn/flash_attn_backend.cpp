@@ -90,7 +90,7 @@ class FlashAttnInstance final : public BackendInstance {
     // A pass of decodes alone on the decode tiling, or a prefill from scratch on the sm_90a kernel,
     // writes the step's new keys itself (FlashAttnParams::fused_cache_write): no write kernel, and
     // no launch, ahead of it.
-    const bool fused = write && fused_cache_write();
+    const bool fused = write && fused_write_;
     if (write && !fused) write_cache(step_.k_new.data(), step_.v_new.data());
 
     FlashAttnParams p = base_params();
@@ -159,7 +159,7 @@ class FlashAttnInstance final : public BackendInstance {
   bool on_device() const override { return true; }
   void* stream() const override { return static_cast<void*>(stream_.get()); }
   std::string plan_summary() const override {
-    return schedule_.summary() + (fp8_mma() ? " mma=e4m3" : "") + (fused_cache_write() ? " write=in-kernel" : "");
+    return schedule_.summary() + (fp8_mma() ? " mma=e4m3" : "") + (fused_write_ ? " write=in-kernel" : "");
   }
 
  private:
@@ -169,7 +169,9 @@ class FlashAttnInstance final : public BackendInstance {
            (schedule_.cascade && flash_attn_uses_fp8_mma(config_, schedule_.prefix.tiling));
   }
 
+  // The schedule's host-side choices, then its lists to the device.
   void upload_schedule() {
+    fused_write_ = fused_cache_write();
     main_item_tiles_ = mean_item_key_tiles(schedule_.main);
     prefix_item_tiles_ = schedule_.cascade ? mean_item_key_tiles(schedule_.prefix) : 0;
     const auto& main = schedule_.main.tiles;
@@ -276,6 +278,7 @@ class FlashAttnInstance final : public BackendInstance {
   // Every cache slot and every 16-byte chunk of the step's K below 2^31 (the 32-bit index math of the
   // sm_90a fused write's copy).
   bool small_cache_ = false;
+  bool fused_write_ = false;  // fused_cache_write() of the schedule: decided once, not per layer and run
   std::vector<int32_t> prefix_host_;
   MhaStepBuffers step_;           // caches, Q/K/V, O and LSE (batch order)
   int layer_ = 0;                 // the layer run() / poison() is at
