@@ -188,7 +188,8 @@ TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
   // Prefills from scratch: on the sm_90a kernel the launch writes the cache itself
   // (flash_attn_sm90_fused_write), whole key tiles by bulk copies and cut ones gathered; at head size
   // 128 the plain scores kernel and the soft cap's in fp16, at 64 the three-consumer kernel; a group
-  // of 7, whose tokens' packed rows straddle the items (each token stored by one of them).
+  // of 7, whose tokens' packed rows straddle the items (each token stored by one of them); pages of
+  // 64 slots (the copy's slot -> page and offset at another block size).
   BatchShape scratch = mixed;
   scratch.requests = {{0, 1000}, {0, 257}, {0, 128}, {0, 77}};
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(32, 8, 128), scratch, 7),
@@ -201,6 +202,9 @@ TEST(FlashAttnGpu, AttentionAloneIsTheStepsWithoutTheCacheWrite) {
                                                two);
   testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(mha_spec(28, 4, 128), scratch, 7),
                                                two);
+  AttentionSpec pages64 = mha_spec(32, 8, 128);
+  pages64.block_size = 64;
+  testing::expect_attention_alone_is_the_steps(*make_flash_attn_backend(), make_batch(pages64, scratch, 7), two);
 }
 
 TEST(FlashAttnGpu, SlidingWindowSmallerThanChunkGqa5) {
