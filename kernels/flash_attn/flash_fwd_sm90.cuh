@@ -243,10 +243,11 @@ struct Sm90Divisors {
   // The fp8 tensor-core path: the producer prefetches each item's rows of Q into L2 (on by
   // default; ATTN_FA_SM90_Q_PREFETCH=0 turns it off, for A/B timing).
   int q_prefetch;
-  // A fused write (kFusedWrite): the copy warps store the new rows of the CTA's own items
-  // (copy_item_rows), each once producer warp 0 issued the item's last key tile (2, the default) or
-  // started the item (1); 0 = a 1 / gridDim share of all rows at the launch's start (copy_new_rows).
-  // ATTN_FA_FUSED_WRITE_ITEMS=0|1 for A/B timing (docs/PERF_NOTES.md Version 82).
+  // A fused write (kFusedWrite): n >= 1, the copy warps store the new rows of the CTA's own items
+  // (copy_item_rows), round r's once producer warp 0's progress (sProgress) reached 2 r + n - 1: it
+  // started the item (1), issued its last key tile (2, the default), started the next item (3) or
+  // issued that one's last tile (4); 0 = a 1 / gridDim share of all rows at the launch's start
+  // (copy_new_rows). ATTN_FA_FUSED_WRITE_ITEMS=n for A/B timing (docs/PERF_NOTES.md Version 82).
   int write_items;
 };
 
@@ -582,7 +583,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
         for (int round = 0;; ++round) {
           const int w = item_id(round);
           if (w >= num_work) break;
-          while (atomicAdd(sProgress, 0) < 2 * round + (divs.write_items == 2 ? 1 : 0)) __nanosleep(256);
+          while (atomicAdd(sProgress, 0) < 2 * round + divs.write_items - 1) __nanosleep(256);
           const Item it = item_fields_at(round, w);
           if (it.split != 0) continue;
           const int lo = max(it.row0, 0), hi = min(it.row0 + kBlockM, it.q_len * G);
@@ -1005,6 +1006,7 @@ __global__ void __launch_bounds__((Sm90Traits<kHeadDim, kFp8, kDecodes, kHeadDim
       if (fused && ctid == 0) atomicExch(sProgress, 2 * round + 1);  // its last tile's copies are issued
       done += num_tiles;
     }
+    if (fused && ctid == 0) atomicExch(sProgress, 0x7fffffff);  // no more rounds: the copy takes the rest
     if constexpr (kFp8) {
       cp_async_wait<0>();
       for (; widened < done; ++widened) finish_fp8(widened);
