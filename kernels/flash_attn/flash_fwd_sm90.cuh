@@ -107,9 +107,9 @@ constexpr bool kOverlap = !kFp8 && !kDecodes &&
 // for passes whose every sequence starts from scratch, over a cache of the model dtype): every key is
 // one of the step's new tokens, so producer warp 0 loads the key tiles from the step's K and V
 // (a tile is one run of tokens there: a bulk copy per 64 dims), and producer warps 1-3, which the
-// page boxes' copies no longer need, copy the CTA's share of the step's K and V rows into their
-// cache slots meanwhile. Nothing in the launch reads a slot it writes, so the write runs under the
-// products instead of ahead of them (8 x 1k: ~17 us of its ~191, docs/PERF_NOTES.md Version 81).
+// page boxes' copies no longer need, copy the rows of the CTA's own items into their cache slots
+// meanwhile. Nothing in the launch reads a slot it writes, so the write runs under the products
+// instead of ahead of them (8 x 1k: ~17 us of its ~191, docs/PERF_NOTES.md Versions 81-82).
 template <int kHeadDim, int kHeadDimV, bool kFp8, bool kDecodes>
 constexpr bool kFusedWrite = !kFp8 && !kDecodes && kHeadDimV == kHeadDim;
 // Registers per thread after setmaxnreg: the producer keeps what its loop needs and the consumers
