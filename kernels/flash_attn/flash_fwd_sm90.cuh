@@ -61,6 +61,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -1786,9 +1787,10 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.head_major = sm90_head_major<kHeadDim, kFp8, kDecodes>() ? 1 : 0;
   static const bool q_prefetch = ab_switch_on("ATTN_FA_SM90_Q_PREFETCH");
   divs.q_prefetch = q_prefetch ? 1 : 0;
-  static const int write_items = [] {
+  static const int write_items = [] {  // 0 .. 4, strictly: another value warns and keeps 2
     const char* v = std::getenv("ATTN_FA_FUSED_WRITE_ITEMS");
-    return v == nullptr ? 2 : std::atoi(v);
+    if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+    return static_cast<int>(env_positive_int("ATTN_FA_FUSED_WRITE_ITEMS", 4, "2 (the default)").value_or(2));
   }();
   divs.write_items = write_items;
   sm90::trace_before_launch(stream);
