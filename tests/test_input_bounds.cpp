@@ -19,6 +19,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/parallel.hpp"
@@ -184,6 +185,27 @@ TEST(InputBounds, HostMemoryVariableIsParsedStrictly) {
     EXPECT_GT(got, std::size_t{64} << 20) << bad;
     EXPECT_NEAR(static_cast<double>(got), static_cast<double>(meminfo), 2e9) << bad;
     EXPECT_HAS(err, std::string("ATTN_HOST_MEMORY_MB = \"") + bad + "\"");
+  }
+}
+
+// ---- 3b. a setting in a range that holds 0 (the sm_90a fused write's ATTN_FA_FUSED_WRITE_ITEMS) ----
+
+TEST(InputBounds, RangeSettingIsParsedStrictly) {
+  const char* name = "ATTN_FA_FUSED_WRITE_ITEMS";
+  {
+    const ScopedEnv none(name, std::nullopt);
+    EXPECT_EQ(env_int_in(name, 0, 4, "2"), std::nullopt);
+  }
+  for (const int good : {0, 3, 4}) {
+    const ScopedEnv v(name, std::to_string(good));
+    EXPECT_EQ(env_int_in(name, 0, 4, "2"), std::optional<int64_t>(good));
+  }
+  for (const char* bad : {"5", "-1", "abc", "", "1e0", "2x"}) {
+    const ScopedEnv v(name, bad);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(env_int_in(name, 0, 4, "2 (the default)"), std::nullopt) << bad;
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_HAS(err, std::string(name) + " = \"" + bad + "\": not a whole number in [0, 4]; using 2 (the default)");
   }
 }
 

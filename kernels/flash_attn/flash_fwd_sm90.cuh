@@ -61,7 +61,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -1787,11 +1786,9 @@ void launch_flash_fwd_sm90(const FlashAttnParams& p, cudaStream_t stream) {
   divs.head_major = sm90_head_major<kHeadDim, kFp8, kDecodes>() ? 1 : 0;
   static const bool q_prefetch = ab_switch_on("ATTN_FA_SM90_Q_PREFETCH");
   divs.q_prefetch = q_prefetch ? 1 : 0;
-  static const int write_items = [] {  // 0 .. 4, strictly: another value warns and keeps 2
-    const char* v = std::getenv("ATTN_FA_FUSED_WRITE_ITEMS");
-    if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
-    return static_cast<int>(env_positive_int("ATTN_FA_FUSED_WRITE_ITEMS", 4, "2 (the default)").value_or(2));
-  }();
+  // 0 .. 4, read strictly: another value warns and keeps 2.
+  static const int write_items =
+      static_cast<int>(env_int_in("ATTN_FA_FUSED_WRITE_ITEMS", 0, 4, "2 (the default)").value_or(2));
   divs.write_items = write_items;
   sm90::trace_before_launch(stream);
   (void)kern::launch_after_producer(kernel, grid, dim3(Tr::kThreads), Tr::kSmemBytes, stream, p, maps, divs);
