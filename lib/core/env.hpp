@@ -1,9 +1,10 @@
 #pragma once
 // The A/B switches of the environment (docs/PERF_NOTES.md lists them): a switch is on unless its
 // variable is set to "0". Callers read each once per process (a function-local static).
-// Numeric settings (ATTN_THREADS, ATTN_HOST_MEMORY_MB, ATTN_FA_FUSED_WRITE_ITEMS) are read strictly: a value that is not a
-// whole positive integer in range is never half-read (atoi("1e3") = 1); it gets a one-line
-// warning naming the variable and its value, and the caller falls back to its default.
+// Numeric settings (ATTN_THREADS, ATTN_HOST_MEMORY_MB, ATTN_FA_FUSED_WRITE_ITEMS) are read
+// strictly: a value that is not a whole number in the setting's range is never half-read
+// (atoi("1e3") = 1); it gets a one-line warning naming the variable and its value, and the caller
+// falls back to its default.
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
