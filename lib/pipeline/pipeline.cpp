@@ -553,8 +553,9 @@ PipelineResult run_scenario(const Scenario& s, const std::vector<std::unique_ptr
 
         // The caches the step wrote, read back: the attention alone over them (run_attention) must
         // give the step's output. A backend that writes its new keys inside its attention kernel
-        // (FLASH_ATTN's decode tiling) reads them from the step's input, so a store it skipped or
-        // misplaced shows only here. Judged as the second run is: bitwise equal, or else valid.
+        // (FLASH_ATTN's decode tiling, its sm_90a prefill from scratch) reads them from the step's
+        // input, so a store it skipped or misplaced shows only here. Judged as the second run is:
+        // bitwise equal, or else valid.
         if (row.status == to_string(RowStatus::pass)) {
           inst->poison_outputs();
           inst->run_attention();
