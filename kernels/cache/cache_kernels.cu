@@ -10,6 +10,8 @@
 #include "core/dtype_convert.hpp"
 #include "core/values.hpp"
 #include "kernels/cache/cache_launch.hpp"
+#include "kernels/common/fast_div.hpp"
+#include "kernels/common/fp8_widen.cuh"
 #include "kernels/common/ptx.cuh"
 
 namespace attn {
@@ -67,8 +69,19 @@ template <DType In, DType C, int VEC>
 __device__ __forceinline__ Vec<typename Storage<C>::type, VEC> convert_vec(const Vec<typename Storage<In>::type, VEC>& a,
                                                                            float scale) {
   Vec<typename Storage<C>::type, VEC> b;
+  if constexpr ((C == DType::fp8_e4m3 || C == DType::fp8_e5m2) && VEC % 2 == 0) {
+    // A conversion instruction per pair (kern::f32x2_to_fp8x2_exact: the same codes as store_elem).
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), scale);
+    for (int j = 0; j < VEC; j += 2) {
+      const float lo = load_elem<In>(a.v[j]) / scale, hi = load_elem<In>(a.v[j + 1]) / scale;
+      const uint32_t c = kern::f32x2_to_fp8x2_exact<C == DType::fp8_e5m2>(lo, hi);
+      b.v[j] = static_cast<uint8_t>(c);
+      b.v[j + 1] = static_cast<uint8_t>(c >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), scale);
+  }
   return b;
 }
 
@@ -94,16 +107,18 @@ __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* s
 // and of its V chunk are both in flight before either store (convert_rows twice would wait for the
 // K load, store, then wait for the V load: with one chunk of each per thread, as 8 heads of 128
 // take, the write streamed ~3 TB/s, latency-bound; docs/PERF_NOTES.md Version 75).
+// chunks: n / VEC as a multiply-high (the division by a runtime value cost ~20 instructions a thread).
 template <DType In, DType C, int VEC>
 __device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type* k, const typename Storage<In>::type* v,
                                                 typename Storage<C>::type* kc, int64_t kc_row,
                                                 typename Storage<C>::type* vc, int64_t vc_row, int rows, int n,
-                                                float ks, float vs, int thread, int threads) {
+                                                const FastDivU32& chunks, float ks, float vs, int thread, int threads) {
   using InV = Vec<typename Storage<In>::type, VEC>;
   using OutV = Vec<typename Storage<C>::type, VEC>;
-  const int chunks = n / VEC;
-  for (int i = thread; i < rows * chunks; i += threads) {
-    const int r = i / chunks, d = (i - r * chunks) * VEC;
+  for (int i = thread; i < rows * static_cast<int>(chunks.d); i += threads) {
+    uint32_t r, c;
+    chunks.divmod(static_cast<uint32_t>(i), r, c);
+    const int d = static_cast<int>(c) * VEC;
     const InV a = *reinterpret_cast<const InV*>(k + r * n + d);
     const InV b = *reinterpret_cast<const InV*>(v + r * n + d);
     *reinterpret_cast<OutV*>(kc + r * kc_row + d) = convert_vec<In, C, VEC>(a, ks);
@@ -118,9 +133,17 @@ __device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type
 // programmatic stream serialization starts at once and waits for these writes only before the
 // tile with its new keys (kernels/common/pdl_launch.hpp); its CTAs need a whole SM each, so a
 // CTA per token held them off as many SMs as the step has decodes (packed: an eighth).
+// The launch's divisors (kernels/common/fast_div.hpp): each thread splits its token's slot into
+// block and offset, where a 64-bit division by the block size took ~100 instructions (a third of
+// the fp8 write's, with the quantization on its conversion instruction; docs/PERF_NOTES.md Version 83).
+struct CacheWriteDivisors {
+  FastDivU32 block_size;  // slots below 2^32
+  FastDivU32 chunks;      // VEC-element chunks of a row, where head_size_k == head_size_v
+};
+
 template <DType In, DType C, int VEC>
 __global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
-    reshape_and_cache_kernel(const ReshapeAndCacheParams p) {
+    reshape_and_cache_kernel(const ReshapeAndCacheParams p, const CacheWriteDivisors divs) {
   using InT = typename Storage<In>::type;
   using CT = typename Storage<C>::type;
   kern::pdl_launch_dependents();
@@ -129,8 +152,17 @@ __global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
   const int thread = static_cast<int>(threadIdx.x % kThreads);
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0) return;  // padding token
-  const int64_t block = slot / p.block_size;
-  const int offset = static_cast<int>(slot % p.block_size);
+  int64_t block;
+  int offset;
+  if (slot <= int64_t{UINT32_MAX}) {
+    uint32_t b, o;
+    divs.block_size.divmod(static_cast<uint32_t>(slot), b, o);
+    block = b;
+    offset = static_cast<int>(o);
+  } else {
+    block = slot / p.block_size;
+    offset = static_cast<int>(slot % p.block_size);
+  }
   const float ks = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
   const float vs = p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale;
   const InT* key = static_cast<const InT*>(p.key) + t * p.key_stride;        // [num_kv_heads, head_size_k]
@@ -138,8 +170,8 @@ __global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
   CT* kc = static_cast<CT*>(p.k_cache) + block * p.k_strides.block + offset * p.k_strides.slot;
   CT* vc = static_cast<CT*>(p.v_cache) + block * p.v_strides.block + offset * p.v_strides.slot;
   if (p.head_size_k == p.head_size_v) {
-    convert_kv_rows<In, C, VEC>(key, value, kc, p.k_strides.head, vc, p.v_strides.head, p.num_kv_heads, p.head_size_k, ks,
-                                vs, thread, kThreads);
+    convert_kv_rows<In, C, VEC>(key, value, kc, p.k_strides.head, vc, p.v_strides.head, p.num_kv_heads, p.head_size_k,
+                                divs.chunks, ks, vs, thread, kThreads);
     return;
   }
   convert_rows<In, C, VEC>(key, p.head_size_k, kc, p.k_strides.head, p.num_kv_heads, p.head_size_k, ks, thread,
@@ -303,10 +335,12 @@ void launch_reshape_and_cache_flash(const ReshapeAndCacheParams& p, cudaStream_t
     constexpr DType C = decltype(cache_tag)::value;
     const auto ctas = static_cast<unsigned>((p.num_tokens + p.tokens_per_cta - 1) / p.tokens_per_cta);
     const unsigned threads = kThreads * p.tokens_per_cta;
+    const CacheWriteDivisors divs{FastDivU32(static_cast<uint32_t>(p.block_size)),
+                                  FastDivU32(static_cast<uint32_t>(p.head_size_k / (vec8 ? 8 : 1)))};
     if (vec8)
-      reshape_and_cache_kernel<I, C, 8><<<ctas, threads, 0, stream>>>(p);
+      reshape_and_cache_kernel<I, C, 8><<<ctas, threads, 0, stream>>>(p, divs);
     else
-      reshape_and_cache_kernel<I, C, 1><<<ctas, threads, 0, stream>>>(p);
+      reshape_and_cache_kernel<I, C, 1><<<ctas, threads, 0, stream>>>(p, divs);
   });
   ATTN_CUDA_CHECK_LAUNCH();
 }

@@ -1,6 +1,7 @@
 #pragma once
 // fp8 (e4m3, e5m2) -> fp16/bf16 widening in registers, exact, for every kernel that reads an fp8
-// KV cache; and fp32 -> e4m3 narrowing for the operands of fp8 tensor-core products.
+// KV cache; fp32 -> e4m3 narrowing for the operands of fp8 tensor-core products; and the cache
+// writes' fp32 -> e4m3/e5m2 quantization, bit for bit core/dtype_convert.hpp's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/dtype_convert.hpp"
 #include "kernels/common/ptx.cuh"
 
 namespace attn::kern {
@@ -76,6 +78,30 @@ __device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float x0, float x1, float x2
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
 #endif
+}
+
+// Two values -> two cache codes (lo in byte 0, hi in byte 1), exactly as float_to_e4m3 /
+// float_to_e5m2 of core/dtype_convert.hpp store them on the host: round to nearest even, saturating
+// at the largest finite value (infinities too), NaN -> the sign and the format's NaN code. On sm_89+
+// one conversion instruction per pair: the branch-only host function costs ~25 instructions a value,
+// which made the fp8 cache write compute-bound (docs/PERF_NOTES.md Version 83). The instruction drops
+// a NaN's sign and, for e5m2, its code differs: a pair holding a NaN takes the host function.
+// tests/gpu/test_cache_kernels.cpp checks every rounding case against the host.
+template <bool kE5m2>
+__device__ __forceinline__ uint32_t f32x2_to_fp8x2_exact(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (!isnan(lo) && !isnan(hi)) {
+    uint16_t r;
+    // cvt ... d, a, b puts a in the upper byte of d.
+    if constexpr (kE5m2)
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    else
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+#endif
+  if constexpr (kE5m2) return float_to_e5m2(lo) | static_cast<uint32_t>(float_to_e5m2(hi)) << 8;
+  else return float_to_e4m3(lo) | static_cast<uint32_t>(float_to_e4m3(hi)) << 8;
 }
 
 }  // namespace attn::kern
