@@ -152,6 +152,16 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
     return (static_cast<int64_t>(entry) * p.kv_block_stride + static_cast<int64_t>(kvh) * p.kv_head_stride +
             static_cast<int64_t>(slot) * p.kv_token_stride) * kElemBytes;
   };
+  // Byte offset of key `key`'s row (head kvh, dim 0) from the cache base, through its block-table
+  // entry: the per-chunk form of the tiles without lane-owned rows and of the fused write.
+  auto page_offset = [&](int key) -> int64_t {
+    const int bs = p.block_size, bs_shift = block_shift();
+    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
+    const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / bs;
+    const int slot = key - blk_idx * bs;
+    return (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) * kElemBytes +
+           static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes;
+  };
   // The fused cache write (fused_write; a 16-bit cache of the model dtype; head sizes from 128, as at
   // 64 its code cost the decode tiling a CTA per SM): a chunk of a new key's row (key >= pos_base) is
   // copied from the step's K/V input instead of the cache, which does not hold it yet; store_new_rows
@@ -170,13 +180,9 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
   auto store_new_rows = [&](int n_tile, const uint8_t* sK, const uint8_t* sV) {
     const int key0 = n_tile * kBlockN;
     const int first = max(pos_base, key0), last = min(seq_len, key0 + kBlockN);
-    const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
     for (int c = tid; c < (last - first) * kRowChunks; c += Tr::kThreads) {
       const int key = first + c / kRowChunks, chunk = c % kRowChunks;
-      const int blk = key / p.block_size;
-      const int64_t off = (static_cast<int64_t>(blocks[blk]) * p.kv_block_stride +
-                           static_cast<int64_t>(key - blk * p.block_size) * p.kv_token_stride +
-                           static_cast<int64_t>(kvh) * p.kv_head_stride) * kElemBytes + chunk * 16;
+      const int64_t off = page_offset(key) + chunk * 16;
       const int so = Tr::kv_offset(key - key0, chunk);
       *reinterpret_cast<uint4*>(static_cast<uint8_t*>(const_cast<void*>(p.k_cache)) + off) =
           *reinterpret_cast<const uint4*>(sK + so);
@@ -204,14 +210,7 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
           off = off >= 0 ? off + cb : -1;
         } else {
           const int key = key0 + r;
-          if (key < seq_len) {
-            const int bs_shift = block_shift();
-            const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
-            const int blk_idx = bs_shift >= 0 ? key >> bs_shift : key / p.block_size;
-            off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride +
-                   (key - blk_idx * p.block_size) * p.kv_token_stride + static_cast<int64_t>(kvh) * p.kv_head_stride) *
-                      kElemBytes + cb;
-          }
+          if (key < seq_len) off = page_offset(key) + cb;
         }
         if (fused_chunk(dk, key0 + r, cb, off)) continue;
         const int64_t src = off >= 0 ? off : 0;
@@ -233,15 +232,9 @@ __device__ __forceinline__ void attend_tile(const FlashAttnParams& p, uint8_t* s
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + src, off >= 0);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + src, off >= 0);
       } else {
-        const int bs = p.block_size, bs_shift = block_shift();
-        const int32_t* blocks = p.block_table + static_cast<int64_t>(seq) * p.block_table_stride;
         const int key = key0 + r;
         const bool valid = key < seq_len;
-        const int kk = valid ? key : 0;
-        const int blk_idx = bs_shift >= 0 ? kk >> bs_shift : kk / bs;
-        const int slot = kk - blk_idx * bs;
-        const int64_t off = (static_cast<int64_t>(blocks[blk_idx]) * p.kv_block_stride + slot * p.kv_token_stride) *
-                                kElemBytes + static_cast<int64_t>(kvh) * p.kv_head_stride * kElemBytes + cb;
+        const int64_t off = page_offset(valid ? key : 0) + cb;
         cp_async_16(dk, static_cast<const uint8_t*>(p.k_cache) + off, valid);
         cp_async_16(dk + Tr::kKvTileBytes, static_cast<const uint8_t*>(p.v_cache) + off, valid);
       }

@@ -1636,6 +1636,18 @@ inline bool sm90_tma() {
   return on;
 }
 
+// The L2 promotion of the 16-bit maps (the pages' and the step's new rows'): 128 bytes. A box row is
+// 64 elements (128 bytes) of a head row, and 256 bytes fetched the next 128 bytes with it, which a
+// later box or another CTA copies at its own time (FLASHMLA's maps measured the same;
+// kernels/flashmla/flashmla_launch.cu). The mixed steps 1.001-1.022 x faster, the sm_90a decode
+// launches 1.02-1.12 x, the prefills unchanged (1.000-1.001; docs/PERF_NOTES.md Version 70).
+// ATTN_FA_SM90_PROMOTION_128=0 restores 256 bytes, for A/B.
+inline TmaL2Promotion sm90_map_promotion() {
+  static const TmaL2Promotion promotion =
+      ab_switch_on("ATTN_FA_SM90_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
+  return promotion;
+}
+
 // The page maps of p's caches (Sm90PageMaps), or none (box_rows = 0) when the strides do not suit
 // the copy engine. A box is gcd(block size, kBlockN) slots, so a tile is a whole number of boxes
 // and no box crosses a page (48-slot pages under 128-key tiles: boxes of 16, as 16-slot pages
@@ -1680,17 +1692,10 @@ sm90::Sm90PageMaps page_maps(const FlashAttnParams& p, bool fp16, bool codes8 = 
   const uint64_t strides[3] = {inner[1], outer[1], static_cast<uint64_t>(p.kv_block_stride * eb)};
   const uint32_t box[4] = {codes8 ? 128u : 64u, m.slot_inner ? static_cast<uint32_t>(m.box_rows) : 1u,
                            m.slot_inner ? 1u : static_cast<uint32_t>(m.box_rows), 1};
-  // 128-byte L2 promotion: a box row is 64 elements (128 bytes) of a head row, and 256 bytes fetched
-  // the next 128 bytes with it, which a later box or another CTA copies at its own time (FLASHMLA's
-  // maps measured the same; kernels/flashmla/flashmla_launch.cu). The mixed steps 1.001-1.022 x faster,
-  // the sm_90a decode launches 1.02-1.12 x, the prefills unchanged (1.000-1.001; docs/PERF_NOTES.md
-  // Version 70). ATTN_FA_SM90_PROMOTION_128=0 restores 256 bytes, for A/B.
-  static const TmaL2Promotion promotion =
-      ab_switch_on("ATTN_FA_SM90_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
   m.k = codes8 ? make_tensor_map_8bit(p.k_cache, 4, dims, strides, box)
-               : make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16, promotion);
+               : make_tensor_map_16bit(p.k_cache, 4, dims, strides, box, fp16, sm90_map_promotion());
   m.v = codes8 ? make_tensor_map_8bit(p.v_cache, 4, dims, strides, box)
-               : make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16, promotion);
+               : make_tensor_map_16bit(p.v_cache, 4, dims, strides, box, fp16, sm90_map_promotion());
   last = key;
   maps = m;
   return m;
@@ -1722,11 +1727,8 @@ void new_token_maps(const FlashAttnParams& p, bool fp16, sm90::Sm90PageMaps& m) 
     const uint64_t dims[3] = {kHeadDim, static_cast<uint64_t>(p.num_kv_heads), static_cast<uint64_t>(std::max(p.num_tokens, 1))};
     const uint64_t strides[2] = {kHeadDim * 2, static_cast<uint64_t>(p.new_kv_stride) * 2};
     const uint32_t box[3] = {64, 1, static_cast<uint32_t>(kBlockN)};
-    // The page maps' L2 promotion (128 bytes unless ATTN_FA_SM90_PROMOTION_128=0).
-    static const TmaL2Promotion promotion =
-        ab_switch_on("ATTN_FA_SM90_PROMOTION_128") ? TmaL2Promotion::bytes128 : TmaL2Promotion::bytes256;
-    k = make_tensor_map_16bit(p.k_new, 3, dims, strides, box, fp16, promotion);
-    v = make_tensor_map_16bit(p.v_new, 3, dims, strides, box, fp16, promotion);
+    k = make_tensor_map_16bit(p.k_new, 3, dims, strides, box, fp16, sm90_map_promotion());
+    v = make_tensor_map_16bit(p.v_new, 3, dims, strides, box, fp16, sm90_map_promotion());
     last = key;
   }
   m.k_new = k;
