@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/device.hpp"
@@ -185,12 +186,14 @@ TEST(CacheKernels, ReshapeAndCacheDeviceScalesAndSaturation) {
   EXPECT_EQ(got[static_cast<size_t>(l.k_index(1, 2, 0, 0))], 0x11) << "neighbouring slot untouched";
 }
 
-// The device quantizes a pair per conversion instruction (kern::f32x2_to_fp8x2_exact), the host
-// value by value in software: the same code for every rounding case. 2^24 fp32 inputs: every sign,
-// exponent and top 15 mantissa bits (each format's rounding bit, its tie and sticky bits at every
-// target exponent, subnormal targets, float subnormals, zeros, infinities, NaNs with and without a
-// sign), the low 8 bits drawn from 0x00, 0x01, 0x80 and 0xff. K at scale 1, V at 0.37 (the division
-// ahead of the rounding).
+// The device divides by the scale through a reciprocal worked out once (kern::ScaleDivision) and
+// quantizes a pair per conversion instruction (kern::f32x2_to_fp8x2_exact); the host divides each
+// value and converts it in software: the same code for every rounding case. 2^24 fp32 inputs: every
+// sign, exponent and top 15 mantissa bits (each format's rounding bit, its tie and sticky bits at
+// every target exponent, subnormal targets, float subnormals, zeros, infinities, NaNs with and
+// without a sign), the low 8 bits drawn from 0x00, 0x01, 0x80 and 0xff. Scales: 1, the "calc" scale of
+// unit data (1/448), 0.37, 1/3, significands of all ones and of a last one, and two outside the
+// reciprocal's range (the division itself).
 TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const int heads = 8, head_size = 128, row = heads * head_size;
@@ -202,52 +205,55 @@ TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
   std::iota(slots.begin(), slots.end(), 0);
   DeviceBuffer d_x = upload_vector(x), d_slots = upload_vector(slots);
   Stream stream;
+  const std::pair<float, float> scales[] = {
+      {1.f, 1.f / 448.f}, {0.37f, 1.f / 3.f}, {0x1.fffffep0f, 0x1.000002p-1f}, {3e-20f, 7e19f}};
   for (DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    KvCacheLayout l;
-    l.dtype = cache;
-    l.block_size = 16;
-    l.num_blocks = num_tokens / l.block_size;
-    l.num_kv_heads = heads;
-    l.head_size_k = l.head_size_v = head_size;
-    DeviceBuffer d_cache(l.bytes());
-    d_cache.memset_async(0x11, stream);
-    const CacheView view = cache_view(l);
-    ReshapeAndCacheParams p{};
-    p.key = p.value = d_x.data();
-    p.key_stride = p.value_stride = row;
-    p.slot_mapping = d_slots.as<const int64_t>();
-    p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
-    p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
-    p.k_strides = view.k;
-    p.v_strides = view.v;
-    p.num_tokens = num_tokens;
-    p.num_kv_heads = heads;
-    p.head_size_k = p.head_size_v = head_size;
-    p.block_size = l.block_size;
-    p.k_scale = 1.f;
-    p.v_scale = 0.37f;
-    p.input_dtype = DType::f32;
-    p.cache_dtype = cache;
-    launch_reshape_and_cache_flash(p, stream);
-    stream.synchronize();
-    const auto got = download_all(d_cache);
-    int64_t bad = 0, first = -1;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = i / row, h = i % row / head_size, d = i % head_size;
-      const int64_t block = t / l.block_size, slot = t % l.block_size;
-      const uint8_t k = got[static_cast<size_t>(l.k_index(block, static_cast<int>(slot), static_cast<int>(h), static_cast<int>(d)))];
-      const uint8_t v = got[static_cast<size_t>(l.v_index(block, static_cast<int>(slot), static_cast<int>(h), static_cast<int>(d)))];
-      // The device's division returns the canonical (positive) NaN for a NaN input; the host's
-      // keeps the input's sign. Both store a NaN code.
-      const auto quotient = [&](float s) { return std::isnan(x[i]) ? std::numeric_limits<float>::quiet_NaN() : x[i] / s; };
-      const auto code = [&](float q) { return cache == DType::fp8_e5m2 ? float_to_e5m2(q) : float_to_e4m3(q); };
-      const uint8_t want_k = code(quotient(1.f)), want_v = code(quotient(0.37f));
-      if (k != want_k || v != want_v) {
-        if (first < 0) first = i;
-        ++bad;
+    for (const auto& [k_scale, v_scale] : scales) {
+      KvCacheLayout l;
+      l.dtype = cache;
+      l.block_size = 16;
+      l.num_blocks = num_tokens / l.block_size;
+      l.num_kv_heads = heads;
+      l.head_size_k = l.head_size_v = head_size;
+      DeviceBuffer d_cache(l.bytes());
+      d_cache.memset_async(0x11, stream);
+      const CacheView view = cache_view(l);
+      ReshapeAndCacheParams p{};
+      p.key = p.value = d_x.data();
+      p.key_stride = p.value_stride = row;
+      p.slot_mapping = d_slots.as<const int64_t>();
+      p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
+      p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
+      p.k_strides = view.k;
+      p.v_strides = view.v;
+      p.num_tokens = num_tokens;
+      p.num_kv_heads = heads;
+      p.head_size_k = p.head_size_v = head_size;
+      p.block_size = l.block_size;
+      p.k_scale = k_scale;
+      p.v_scale = v_scale;
+      p.input_dtype = DType::f32;
+      p.cache_dtype = cache;
+      launch_reshape_and_cache_flash(p, stream);
+      stream.synchronize();
+      const auto got = download_all(d_cache);
+      int64_t bad = 0, first = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        const int t = static_cast<int>(i / row), h = static_cast<int>(i % row / head_size), d = static_cast<int>(i % head_size);
+        const uint8_t k = got[static_cast<size_t>(l.k_index(t / l.block_size, t % l.block_size, h, d))];
+        const uint8_t v = got[static_cast<size_t>(l.v_index(t / l.block_size, t % l.block_size, h, d))];
+        // The device's division returns the canonical (positive) NaN for a NaN input; the host's
+        // keeps the input's sign. Both store a NaN code.
+        const auto quotient = [&](float s) { return std::isnan(x[i]) ? std::numeric_limits<float>::quiet_NaN() : x[i] / s; };
+        const auto code = [&](float q) { return cache == DType::fp8_e5m2 ? float_to_e5m2(q) : float_to_e4m3(q); };
+        if (k != code(quotient(k_scale)) || v != code(quotient(v_scale))) {
+          if (first < 0) first = i;
+          ++bad;
+        }
       }
+      EXPECT_EQ(bad, 0) << to_string(cache) << " k_scale " << k_scale << " v_scale " << v_scale
+                        << ": first at input bits 0x" << std::hex << f32_to_bits(x[first >= 0 ? first : 0]);
     }
-    EXPECT_EQ(bad, 0) << to_string(cache) << ": first at input bits 0x" << std::hex << f32_to_bits(x[first >= 0 ? first : 0]);
   }
 }
 
