@@ -39,12 +39,12 @@ __device__ __forceinline__ float load_elem(typename Storage<T>::type x) {
 
 // Cache store of an input value: fp8 quantizes x / scale (saturating); others round x.
 template <DType C>
-__device__ __forceinline__ typename Storage<C>::type store_elem(float x, const kern::ScaleDivision& div) {
+__device__ __forceinline__ typename Storage<C>::type store_elem(float x, float scale) {
   if constexpr (C == DType::f32) return x;
   else if constexpr (C == DType::f16) return float_to_fp16_bits(x);
   else if constexpr (C == DType::bf16) return float_to_bf16_bits(x);
-  else if constexpr (C == DType::fp8_e4m3) return float_to_e4m3(div(x));
-  else return float_to_e5m2(div(x));
+  else if constexpr (C == DType::fp8_e4m3) return float_to_e4m3(x / scale);
+  else return float_to_e5m2(x / scale);
 }
 
 // round_to() of core/dtype.cpp, for the device.
@@ -67,20 +67,20 @@ struct alignas(sizeof(T) * N) Vec {
 // One access of VEC elements stored as the cache holds them.
 template <DType In, DType C, int VEC>
 __device__ __forceinline__ Vec<typename Storage<C>::type, VEC> convert_vec(const Vec<typename Storage<In>::type, VEC>& a,
-                                                                           const kern::ScaleDivision& div) {
+                                                                           float scale) {
   Vec<typename Storage<C>::type, VEC> b;
   if constexpr ((C == DType::fp8_e4m3 || C == DType::fp8_e5m2) && VEC % 2 == 0) {
     // A conversion instruction per pair (kern::f32x2_to_fp8x2_exact: the same codes as store_elem).
 #pragma unroll
     for (int j = 0; j < VEC; j += 2) {
-      const float lo = div(load_elem<In>(a.v[j])), hi = div(load_elem<In>(a.v[j + 1]));
+      const float lo = load_elem<In>(a.v[j]) / scale, hi = load_elem<In>(a.v[j + 1]) / scale;
       const uint32_t c = kern::f32x2_to_fp8x2_exact<C == DType::fp8_e5m2>(lo, hi);
       b.v[j] = static_cast<uint8_t>(c);
       b.v[j + 1] = static_cast<uint8_t>(c >> 8);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), div);
+    for (int j = 0; j < VEC; ++j) b.v[j] = store_elem<C>(load_elem<In>(a.v[j]), scale);
   }
   return b;
 }
@@ -92,14 +92,14 @@ __device__ __forceinline__ Vec<typename Storage<C>::type, VEC> convert_vec(const
 template <DType In, DType C, int VEC>
 __device__ __forceinline__ void convert_rows(const typename Storage<In>::type* src, int64_t src_row,
                                              typename Storage<C>::type* dst, int64_t dst_row, int rows, int n,
-                                             const kern::ScaleDivision& div, int thread, int threads) {
+                                             float scale, int thread, int threads) {
   using InV = Vec<typename Storage<In>::type, VEC>;
   using OutV = Vec<typename Storage<C>::type, VEC>;
   const int chunks = n / VEC;
   for (int i = thread; i < rows * chunks; i += threads) {
     const int r = i / chunks, d = (i - r * chunks) * VEC;
     const InV a = *reinterpret_cast<const InV*>(src + r * src_row + d);
-    *reinterpret_cast<OutV*>(dst + r * dst_row + d) = convert_vec<In, C, VEC>(a, div);
+    *reinterpret_cast<OutV*>(dst + r * dst_row + d) = convert_vec<In, C, VEC>(a, scale);
   }
 }
 
@@ -112,8 +112,7 @@ template <DType In, DType C, int VEC>
 __device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type* k, const typename Storage<In>::type* v,
                                                 typename Storage<C>::type* kc, int64_t kc_row,
                                                 typename Storage<C>::type* vc, int64_t vc_row, int rows, int n,
-                                                const FastDivU32& chunks, const kern::ScaleDivision& ks,
-                                                const kern::ScaleDivision& vs, int thread, int threads) {
+                                                const FastDivU32& chunks, float ks, float vs, int thread, int threads) {
   using InV = Vec<typename Storage<In>::type, VEC>;
   using OutV = Vec<typename Storage<C>::type, VEC>;
   for (int i = thread; i < rows * static_cast<int>(chunks.d); i += threads) {
@@ -164,8 +163,8 @@ __global__ void __launch_bounds__(kThreads * kCacheWriteOverlapTokens)
     block = slot / p.block_size;
     offset = static_cast<int>(slot % p.block_size);
   }
-  const kern::ScaleDivision ks(p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale);
-  const kern::ScaleDivision vs(p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale);
+  const float ks = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
+  const float vs = p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale;
   const InT* key = static_cast<const InT*>(p.key) + t * p.key_stride;        // [num_kv_heads, head_size_k]
   const InT* value = static_cast<const InT*>(p.value) + t * p.value_stride;  // [num_kv_heads, head_size_v]
   CT* kc = static_cast<CT*>(p.k_cache) + block * p.k_strides.block + offset * p.k_strides.slot;
@@ -192,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) concat_and_cache_mla_kernel(const Co
   if (slot < 0) return;
   const int64_t block = slot / p.block_size;
   const int offset = static_cast<int>(slot % p.block_size);
-  const kern::ScaleDivision s(p.scale_ptr ? *p.scale_ptr : p.scale);
+  const float s = p.scale_ptr ? *p.scale_ptr : p.scale;
   CT* entry = static_cast<CT*>(p.cache) + block * p.block_stride + offset * p.entry_stride;  // [rank + rope]
   convert_rows<In, C, VEC>(static_cast<const InT*>(p.kv_c) + t * p.kv_c_stride, 0, entry, 0, 1, p.kv_lora_rank, s,
                            threadIdx.x, blockDim.x);

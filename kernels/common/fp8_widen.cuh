@@ -80,36 +80,6 @@ __device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float x0, float x1, float x2
 #endif
 }
 
-// x / scale for every value of a cache write, bit for bit what div.rn.f32 (`x / scale`) returns, at
-// about half its instructions. The device's division runs a fast path (a refined reciprocal of the
-// scale, a product and one correction) unless its range check (FCHK) sends the operands to a slow one;
-// here the reciprocal is worked out once for all values instead of once per value, and a value or
-// scale whose magnitude lies outside [2^-60, 2^60] (zeros, subnormals, infinities and NaN among them)
-// goes through the division itself. Inside that range every operand, product and remainder is a
-// normal number, where the fast path's rounding does not depend on the exponents, so its results are
-// those of operands near 1, which the range check passes. 16 divisions a thread were ~40 % of the fp8
-// cache write's instructions (docs/PERF_NOTES.md Version 83).
-struct ScaleDivision {
-  float scale, rcp;
-  bool fast;
-  __device__ __forceinline__ static bool in_range(float x) {
-    const float a = fabsf(x);
-    return a >= 0x1p-60f && a <= 0x1p60f;
-  }
-  __device__ __forceinline__ explicit ScaleDivision(float s) : scale(s), rcp(0.f), fast(in_range(s)) {
-    float r0;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(s));
-    rcp = __fmaf_rn(r0, __fmaf_rn(-s, r0, 1.f), r0);
-  }
-  __device__ __forceinline__ float operator()(float x) const {
-    if (fast && in_range(x)) {
-      const float q0 = __fmaf_rn(x, rcp, 0.f);
-      return __fmaf_rn(__fmaf_rn(-q0, scale, x), rcp, q0);
-    }
-    return x / scale;
-  }
-};
-
 // Two values -> two cache codes (lo in byte 0, hi in byte 1), exactly as float_to_e4m3 /
 // float_to_e5m2 of core/dtype_convert.hpp store them on the host: round to nearest even, saturating
 // at the largest finite value (infinities too), NaN -> the sign and the format's NaN code. On sm_89+

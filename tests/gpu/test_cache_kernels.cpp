@@ -186,14 +186,13 @@ TEST(CacheKernels, ReshapeAndCacheDeviceScalesAndSaturation) {
   EXPECT_EQ(got[static_cast<size_t>(l.k_index(1, 2, 0, 0))], 0x11) << "neighbouring slot untouched";
 }
 
-// The device divides by the scale through a reciprocal worked out once (kern::ScaleDivision) and
-// quantizes a pair per conversion instruction (kern::f32x2_to_fp8x2_exact); the host divides each
-// value and converts it in software: the same code for every rounding case. 2^24 fp32 inputs: every
+// The device quantizes a pair per conversion instruction (kern::f32x2_to_fp8x2_exact), the host
+// value by value in software: the same code for every rounding case. 2^24 fp32 inputs: every
 // sign, exponent and top 15 mantissa bits (each format's rounding bit, its tie and sticky bits at
 // every target exponent, subnormal targets, float subnormals, zeros, infinities, NaNs with and
-// without a sign), the low 8 bits drawn from 0x00, 0x01, 0x80 and 0xff. Scales: 1, the "calc" scale of
-// unit data (1/448), 0.37, 1/3, significands of all ones and of a last one, and two outside the
-// reciprocal's range (the division itself).
+// without a sign), the low 8 bits drawn from 0x00, 0x01, 0x80 and 0xff. Scales (the division ahead of
+// the rounding): 1, the "calc" scale of unit data (1/448), 0.37, 1/3, significands of all ones and of
+// a last one, a tiny and a huge one.
 TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
   ATTN_REQUIRE_CUDA_DEVICE();
   const int heads = 8, head_size = 128, row = heads * head_size;
