@@ -134,8 +134,8 @@ __device__ __forceinline__ void convert_kv_rows(const typename Storage<In>::type
 // tile with its new keys (kernels/common/pdl_launch.hpp); its CTAs need a whole SM each, so a
 // CTA per token held them off as many SMs as the step has decodes (packed: an eighth).
 // The launch's divisors (kernels/common/fast_div.hpp): each thread splits its token's slot into
-// block and offset, where a 64-bit division by the block size took ~100 instructions (a third of
-// the fp8 write's, with the quantization on its conversion instruction; docs/PERF_NOTES.md Version 83).
+// block and offset and its index into row and chunk by multiply-highs, where the divisions by runtime
+// values were 8 % of the fp8 write's instructions (15.0 -> 13.8 M; docs/PERF_NOTES.md Version 83).
 struct CacheWriteDivisors {
   FastDivU32 block_size;  // slots below 2^32
   FastDivU32 chunks;      // VEC-element chunks of a row, where head_size_k == head_size_v
