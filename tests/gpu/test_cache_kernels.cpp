@@ -256,6 +256,80 @@ TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
   }
 }
 
+// The division ahead of the rounding, where it decides a code. Each (scale, x) pair puts x / scale
+// within 2^-24 float ulps of the midpoint between two floats that the format stores as different
+// codes (found by a search over random scales: they come as scales one ulp off a short value). Only
+// the correctly rounded quotient stores the host's code for every one: x times the scale's reciprocal
+// stores another for 6 of the 16 signed values of each format; a reciprocal without its refinement
+// misses some too. The rounding test above never lands this close to a code's edge.
+TEST(CacheKernels, ReshapeAndCacheFp8DivisionAtCodeEdges) {
+  ATTN_REQUIRE_CUDA_DEVICE();
+  struct Case {
+    uint32_t scale, x;  // float bits
+  };
+  const Case e4m3[] = {{0x3fcfffffu, 0x3cf6fffeu}, {0x3f8fffffu, 0x3d60ffffu}, {0x3f0fffffu, 0x40cefffeu},
+                       {0x400fffffu, 0x3fe0ffffu}, {0x404fffffu, 0x4076fffeu}, {0x404fffffu, 0x42f6fffeu},
+                       {0x3fcfffffu, 0x3e76fffeu}, {0x40700001u, 0x41ff0002u}};
+  const Case e5m2[] = {{0x40600001u, 0x3efc0002u}, {0x3f9fffffu, 0x3b5bfffeu}, {0x401fffffu, 0x445bfffeu},
+                       {0x401fffffu, 0x40dbfffeu}, {0x40600001u, 0x447c0002u}, {0x401fffffu, 0x3bdbfffeu},
+                       {0x3f1fffffu, 0x3e5bfffeu}, {0x40600001u, 0x45fc0002u}};
+  Stream stream;
+  for (DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    const Case* cases = cache == DType::fp8_e4m3 ? e4m3 : e5m2;
+    const auto code = [&](float q) { return cache == DType::fp8_e5m2 ? float_to_e5m2(q) : float_to_e4m3(q); };
+    for (int c = 0; c < 8; ++c) {
+      // The data's strength: a neighbouring float of the quotient stores another code.
+      const float q = bits_to_f32(cases[c].x) / bits_to_f32(cases[c].scale);
+      EXPECT_TRUE(code(std::nextafter(q, INFINITY)) != code(q) || code(std::nextafter(q, -INFINITY)) != code(q))
+          << to_string(cache) << " case " << c << " decides no code";
+    }
+    for (int c = 0; c < 8; c += 2) {  // K at case c's scale, V at case c + 1's; x and -x, four times
+      KvCacheLayout l;
+      l.dtype = cache;
+      l.num_blocks = 1;
+      l.block_size = 16;
+      l.num_kv_heads = 1;
+      l.head_size_k = l.head_size_v = 8;
+      std::vector<float> key(8), value(8);
+      for (int d = 0; d < 8; ++d) {
+        key[d] = (d % 2 ? -1.f : 1.f) * bits_to_f32(cases[c].x);
+        value[d] = (d % 2 ? -1.f : 1.f) * bits_to_f32(cases[c + 1].x);
+      }
+      const std::vector<int64_t> slots = {5};
+      DeviceBuffer d_key = upload_vector(key), d_value = upload_vector(value), d_slots = upload_vector(slots);
+      DeviceBuffer d_cache(l.bytes());
+      d_cache.memset_async(0x11, stream);
+      const CacheView view = cache_view(l);
+      ReshapeAndCacheParams p{};
+      p.key = d_key.data();
+      p.value = d_value.data();
+      p.key_stride = p.value_stride = 8;
+      p.slot_mapping = d_slots.as<const int64_t>();
+      p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
+      p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
+      p.k_strides = view.k;
+      p.v_strides = view.v;
+      p.num_tokens = 1;
+      p.num_kv_heads = 1;
+      p.head_size_k = p.head_size_v = 8;
+      p.block_size = 16;
+      p.k_scale = bits_to_f32(cases[c].scale);
+      p.v_scale = bits_to_f32(cases[c + 1].scale);
+      p.input_dtype = DType::f32;
+      p.cache_dtype = cache;
+      launch_reshape_and_cache_flash(p, stream);
+      stream.synchronize();
+      const auto got = download_all(d_cache);
+      for (int d = 0; d < 8; ++d) {
+        EXPECT_EQ(got[static_cast<size_t>(l.k_index(0, 5, 0, d))], code(key[d] / p.k_scale))
+            << to_string(cache) << " case " << c << " dim " << d;
+        EXPECT_EQ(got[static_cast<size_t>(l.v_index(0, 5, 0, d))], code(value[d] / p.v_scale))
+            << to_string(cache) << " case " << c + 1 << " dim " << d;
+      }
+    }
+  }
+}
+
 TEST(CacheKernels, ReshapeAndCacheRejectsBadInput) {
   ATTN_REQUIRE_CUDA_DEVICE();
   ReshapeAndCacheParams p{};
