@@ -259,9 +259,9 @@ TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
 // The division ahead of the rounding, where it decides a code. Each (scale, x) pair puts x / scale
 // within 2^-24 float ulps of the midpoint between two floats that the format stores as different
 // codes (found by a search over random scales: they come as scales one ulp off a short value). Only
-// the correctly rounded quotient stores the host's code for every one: x times the scale's reciprocal
-// stores another for 6 of the 16 signed values of each format; a reciprocal without its refinement
-// misses some too. The rounding test above never lands this close to a code's edge.
+// the correctly rounded quotient stores the host's code for every one: a write planted to multiply by
+// the scale's reciprocal stored another code for 6 of the 16 signed values of each format (48 of the
+// test's 128 stores). The rounding test above lands this close to a code's edge only by chance.
 TEST(CacheKernels, ReshapeAndCacheFp8DivisionAtCodeEdges) {
   ATTN_REQUIRE_CUDA_DEVICE();
   struct Case {
