@@ -60,6 +60,40 @@ std::vector<uint8_t> random_tensor(DType dt, int64_t rows, int64_t cols, int64_t
 // What a cache write stores for input x.
 float cache_input(DType cache, float x, float scale) { return is_fp8(cache) ? x / scale : x; }
 
+// The code the host stores for q in an fp8 cache.
+uint8_t fp8_code(DType cache, float q) {
+  uint8_t c;
+  store_as(cache, &c, 0, q);
+  return c;
+}
+
+// A write of num_tokens rows of f32 K and V (key_stride / value_stride elements apart, l's kv heads
+// and head sizes) into d_cache, whose layout is l, at the given scales.
+ReshapeAndCacheParams f32_write(const KvCacheLayout& l, const DeviceBuffer& key, const DeviceBuffer& value,
+                                int64_t stride, const DeviceBuffer& slots, int64_t num_tokens, DeviceBuffer& d_cache,
+                                float k_scale, float v_scale) {
+  const CacheView view = cache_view(l);
+  ReshapeAndCacheParams p{};
+  p.key = key.data();
+  p.value = value.data();
+  p.key_stride = p.value_stride = stride;
+  p.slot_mapping = slots.as<const int64_t>();
+  p.k_cache = d_cache.as<uint8_t>() + view.k_offset * dtype_size(l.dtype);
+  p.v_cache = d_cache.as<uint8_t>() + view.v_offset * dtype_size(l.dtype);
+  p.k_strides = view.k;
+  p.v_strides = view.v;
+  p.num_tokens = num_tokens;
+  p.num_kv_heads = l.num_kv_heads;
+  p.head_size_k = l.head_size_k;
+  p.head_size_v = l.head_size_v;
+  p.block_size = l.block_size;
+  p.k_scale = k_scale;
+  p.v_scale = v_scale;
+  p.input_dtype = DType::f32;
+  p.cache_dtype = l.dtype;
+  return p;
+}
+
 std::string what(DType in, DType cache, const KvCacheLayout& l) {
   return std::string(to_string(in)) + "->" + std::string(to_string(cache)) + " " + to_string(l.format) + " " +
          (l.layout == KvLayout::NHD ? "NHD" : "HND") + " D=" + std::to_string(l.head_size_k);
@@ -157,24 +191,8 @@ TEST(CacheKernels, ReshapeAndCacheDeviceScalesAndSaturation) {
   DeviceBuffer d_key = upload_vector(key), d_scale = upload_vector(scale), d_slots = upload_vector(slots);
   DeviceBuffer d_cache(l.bytes());
   d_cache.memset_async(0x11, nullptr);
-  const CacheView view = cache_view(l);
-  ReshapeAndCacheParams p{};
-  p.key = p.value = d_key.data();
-  p.key_stride = p.value_stride = 8;
-  p.slot_mapping = d_slots.as<const int64_t>();
-  p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
-  p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
-  p.k_strides = view.k;
-  p.v_strides = view.v;
-  p.num_tokens = 1;
-  p.num_kv_heads = 1;
-  p.head_size_k = p.head_size_v = 8;
-  p.block_size = 16;
-  p.k_scale = 123.0f;  // ignored: the device pointer wins
-  p.k_scale_ptr = d_scale.as<const float>();
-  p.v_scale = 0.5f;
-  p.input_dtype = DType::f32;
-  p.cache_dtype = DType::fp8_e4m3;
+  ReshapeAndCacheParams p = f32_write(l, d_key, d_key, 8, d_slots, 1, d_cache, 123.0f, 0.5f);
+  p.k_scale_ptr = d_scale.as<const float>();  // the device pointer wins over k_scale
   launch_reshape_and_cache_flash(p, nullptr);
   ATTN_CUDA_CHECK(cudaDeviceSynchronize());
   const auto got = download_all(d_cache);
@@ -216,24 +234,7 @@ TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
       l.head_size_k = l.head_size_v = head_size;
       DeviceBuffer d_cache(l.bytes());
       d_cache.memset_async(0x11, stream);
-      const CacheView view = cache_view(l);
-      ReshapeAndCacheParams p{};
-      p.key = p.value = d_x.data();
-      p.key_stride = p.value_stride = row;
-      p.slot_mapping = d_slots.as<const int64_t>();
-      p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
-      p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
-      p.k_strides = view.k;
-      p.v_strides = view.v;
-      p.num_tokens = num_tokens;
-      p.num_kv_heads = heads;
-      p.head_size_k = p.head_size_v = head_size;
-      p.block_size = l.block_size;
-      p.k_scale = k_scale;
-      p.v_scale = v_scale;
-      p.input_dtype = DType::f32;
-      p.cache_dtype = cache;
-      launch_reshape_and_cache_flash(p, stream);
+      launch_reshape_and_cache_flash(f32_write(l, d_x, d_x, row, d_slots, num_tokens, d_cache, k_scale, v_scale), stream);
       stream.synchronize();
       const auto got = download_all(d_cache);
       int64_t bad = 0, first = -1;
@@ -244,8 +245,7 @@ TEST(CacheKernels, ReshapeAndCacheFp8CodesOfEveryRoundingCase) {
         // The device's division returns the canonical (positive) NaN for a NaN input; the host's
         // keeps the input's sign. Both store a NaN code.
         const auto quotient = [&](float s) { return std::isnan(x[i]) ? std::numeric_limits<float>::quiet_NaN() : x[i] / s; };
-        const auto code = [&](float q) { return cache == DType::fp8_e5m2 ? float_to_e5m2(q) : float_to_e4m3(q); };
-        if (k != code(quotient(k_scale)) || v != code(quotient(v_scale))) {
+        if (k != fp8_code(cache, quotient(k_scale)) || v != fp8_code(cache, quotient(v_scale))) {
           if (first < 0) first = i;
           ++bad;
         }
@@ -276,7 +276,7 @@ TEST(CacheKernels, ReshapeAndCacheFp8DivisionAtCodeEdges) {
   Stream stream;
   for (DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
     const Case* cases = cache == DType::fp8_e4m3 ? e4m3 : e5m2;
-    const auto code = [&](float q) { return cache == DType::fp8_e5m2 ? float_to_e5m2(q) : float_to_e4m3(q); };
+    const auto code = [&](float q) { return fp8_code(cache, q); };
     for (int c = 0; c < 8; ++c) {
       // The data's strength: a neighbouring float of the quotient stores another code.
       const float q = bits_to_f32(cases[c].x) / bits_to_f32(cases[c].scale);
@@ -299,24 +299,8 @@ TEST(CacheKernels, ReshapeAndCacheFp8DivisionAtCodeEdges) {
       DeviceBuffer d_key = upload_vector(key), d_value = upload_vector(value), d_slots = upload_vector(slots);
       DeviceBuffer d_cache(l.bytes());
       d_cache.memset_async(0x11, stream);
-      const CacheView view = cache_view(l);
-      ReshapeAndCacheParams p{};
-      p.key = d_key.data();
-      p.value = d_value.data();
-      p.key_stride = p.value_stride = 8;
-      p.slot_mapping = d_slots.as<const int64_t>();
-      p.k_cache = d_cache.as<uint8_t>() + view.k_offset;
-      p.v_cache = d_cache.as<uint8_t>() + view.v_offset;
-      p.k_strides = view.k;
-      p.v_strides = view.v;
-      p.num_tokens = 1;
-      p.num_kv_heads = 1;
-      p.head_size_k = p.head_size_v = 8;
-      p.block_size = 16;
-      p.k_scale = bits_to_f32(cases[c].scale);
-      p.v_scale = bits_to_f32(cases[c + 1].scale);
-      p.input_dtype = DType::f32;
-      p.cache_dtype = cache;
+      const ReshapeAndCacheParams p = f32_write(l, d_key, d_value, 8, d_slots, 1, d_cache, bits_to_f32(cases[c].scale),
+                                                bits_to_f32(cases[c + 1].scale));
       launch_reshape_and_cache_flash(p, stream);
       stream.synchronize();
       const auto got = download_all(d_cache);
